@@ -1,0 +1,196 @@
+"""The configuration store: ProxySQL's three layers over SQLite files in the data directory.
+
+    memory   config.db main tables      what admins edit (INSERT/UPDATE/SET)
+    runtime  config.db runtime_* tables what serves; mirrored into each worker's `Runtime`
+    disk     disk.db (attached as disk) what survives a restart
+
+Verbs move one *module* (a named group of tables) between layers:
+    LOAD <module> TO RUNTIME   memory -> runtime  (validate everything, then swap atomically)
+    LOAD <module> FROM DISK    disk -> memory
+    SAVE <module> TO DISK      memory -> disk
+    SAVE <module> FROM RUNTIME runtime -> memory
+Aliases as in ProxySQL: LOAD .. FROM MEMORY = TO RUNTIME, LOAD .. TO MEMORY = FROM DISK,
+SAVE .. FROM MEMORY = TO DISK, SAVE .. TO MEMORY = FROM RUNTIME.
+
+`MCP VARIABLES` is the core module; handlers add theirs (`MCP PROFILES`, `MCP QUERY RULES`,
+`RAG SOURCES`) through `ToolHandler.config_modules`. A module's `build` validates memory rows
+and returns the rows of its runtime tables, so a LOAD that does not validate changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import apsw
+
+from gateway import sqlite
+from gateway.errors import ConfigError, NotFound
+from gateway.runtime import Runtime, build_runtime
+from gateway.variables import Variable
+
+# build(memory rows by table, variables) -> runtime rows by runtime table name
+BuildFn = Callable[[Mapping[str, list[dict[str, Any]]], Mapping[str, Variable]], dict[str, list[dict[str, Any]]]]
+
+
+@dataclass(frozen=True)
+class ConfigModule:
+    name: str  # as spelled in the verbs, e.g. "MCP PROFILES"
+    tables: tuple[str, ...]  # memory/disk table names; runtime twins are runtime_<name>
+    build: BuildFn
+    runtime_tables: tuple[str, ...] = ()  # defaults to runtime_<table> for each table
+
+
+def _build_variables(memory: Mapping[str, list[dict[str, Any]]], declarations: Mapping[str, Variable]) -> dict[str, list[dict[str, Any]]]:
+    stored = {row["variable_name"]: row["variable_value"] for row in memory["global_variables"]}
+    unknown = sorted(set(stored) - set(declarations))
+    if unknown:
+        raise ConfigError(f"unknown variable(s): {', '.join(unknown)}")
+    errors = []
+    for name, decl in declarations.items():
+        try:
+            decl.parse(stored.get(name))
+        except ConfigError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ConfigError("; ".join(errors), details=errors)
+    return {
+        "runtime_global_variables": [
+            {"variable_name": name, "variable_value": stored.get(name, decl.default)} for name, decl in declarations.items()
+        ]
+    }
+
+
+VARIABLES_MODULE = ConfigModule("MCP VARIABLES", ("global_variables",), _build_variables)
+
+
+class ConfigStore:
+    """One per process; connections are per thread (apsw connections are not shared)."""
+
+    def __init__(self, data_dir: Path, *, variables: Mapping[str, Variable], modules: list[ConfigModule]) -> None:
+        self.data_dir = Path(data_dir)
+        self.config_path = self.data_dir / "config.db"
+        self.disk_path = self.data_dir / "disk.db"
+        self.variables = dict(variables)
+        self.modules = {m.name: m for m in [VARIABLES_MODULE, *modules]}
+        self._local = threading.local()
+
+    # -- connections -----------------------------------------------------------------------
+    def conn(self) -> apsw.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite.connect(self.config_path)
+            conn.execute("ATTACH DATABASE ? AS disk", (str(self.disk_path),))
+            self._local.conn = conn
+        return conn
+
+    def initialize(self) -> bool:
+        """Create the data directory and tables. Returns True when the disk layer is new."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.data_dir, 0o700)  # tokens and credentials live here
+        fresh = not self.disk_path.exists()
+        ddl = sqlite.schema_section("admin")
+        for path in (self.config_path, self.disk_path):
+            conn = sqlite.connect(path)
+            for statement in sqlite.iter_statements(ddl):
+                conn.execute(statement)
+            conn.close()
+            os.chmod(path, 0o600)
+        conn = self.conn()
+        conn.execute("INSERT OR IGNORE INTO runtime_state(id, version, loaded_at) VALUES (1, 0, 0)")
+        return fresh
+
+    def module(self, name: str) -> ConfigModule:
+        key = " ".join(name.upper().split())
+        if key not in self.modules:
+            raise NotFound(f"no configuration module {name!r}; known: {', '.join(sorted(self.modules))}")
+        return self.modules[key]
+
+    def runtime_tables_of(self, module: ConfigModule) -> tuple[str, ...]:
+        return module.runtime_tables or tuple(f"runtime_{t}" for t in module.tables)
+
+    # -- the four verbs --------------------------------------------------------------------
+    def load_to_runtime(self, name: str) -> int:
+        """memory -> runtime, validated first. Returns the new runtime version."""
+        module = self.module(name)
+        conn = self.conn()
+        with sqlite.transaction(conn):
+            memory = {t: sqlite.rows(conn, f"SELECT * FROM main.{t}") for t in module.tables}
+            runtime_rows = module.build(memory, self.variables)  # raises ConfigError: nothing changed
+            for table in self.runtime_tables_of(module):
+                conn.execute(f"DELETE FROM main.{table}")
+                for row in runtime_rows.get(table, []):
+                    cols = list(row)
+                    conn.execute(
+                        f"INSERT INTO main.{table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                        [row[c] for c in cols],
+                    )
+            conn.execute("UPDATE runtime_state SET version = version + 1, loaded_at = ? WHERE id = 1", (time.time(),))
+            return sqlite.scalar(conn, "SELECT version FROM runtime_state WHERE id = 1")
+
+    def _copy(self, module: ConfigModule, source: str, target: str, tables: tuple[str, ...] | None = None, source_tables: tuple[str, ...] | None = None) -> None:
+        conn = self.conn()
+        with sqlite.transaction(conn):
+            for src_table, dst_table in zip(source_tables or module.tables, tables or module.tables):
+                dst_cols = [r["name"] for r in sqlite.rows(conn, f"PRAGMA {target}.table_info({dst_table})")]
+                src_cols = {r["name"] for r in sqlite.rows(conn, f"PRAGMA {source}.table_info({src_table})")}
+                cols = ", ".join(c for c in dst_cols if c in src_cols)
+                conn.execute(f"DELETE FROM {target}.{dst_table}")
+                conn.execute(f"INSERT INTO {target}.{dst_table} ({cols}) SELECT {cols} FROM {source}.{src_table}")
+
+    def load_from_disk(self, name: str) -> None:
+        module = self.module(name)
+        self._copy(module, "disk", "main")
+
+    def save_to_disk(self, name: str) -> None:
+        module = self.module(name)
+        self._copy(module, "main", "disk")
+
+    def save_from_runtime(self, name: str) -> None:
+        module = self.module(name)
+        self._copy(module, "main", "main", tables=module.tables, source_tables=self.runtime_tables_of(module))
+
+    # -- variables in the memory layer -----------------------------------------------------
+    def set_variable(self, name: str, value: str, *, layer: str = "main") -> None:
+        decl = self.variables.get(name)
+        if decl is None:
+            raise NotFound(f"unknown variable {name!r}")
+        decl.parse(value)  # refuse a bad value at once, not only at LOAD
+        self.conn().execute(
+            f"INSERT INTO {layer}.global_variables(variable_name, variable_value) VALUES (?, ?) "
+            "ON CONFLICT(variable_name) DO UPDATE SET variable_value = excluded.variable_value",
+            (name, str(value)),
+        )
+
+    def memory_variables(self) -> dict[str, str]:
+        return {r["variable_name"]: r["variable_value"] for r in sqlite.rows(self.conn(), "SELECT * FROM main.global_variables")}
+
+    def disk_variables(self) -> dict[str, str]:
+        return {r["variable_name"]: r["variable_value"] for r in sqlite.rows(self.conn(), "SELECT * FROM disk.global_variables")}
+
+    # -- the runtime snapshot --------------------------------------------------------------
+    def runtime_version(self) -> int:
+        return int(sqlite.scalar(self.conn(), "SELECT version FROM runtime_state WHERE id = 1") or 0)
+
+    def read_runtime(self) -> Runtime:
+        conn = self.conn()
+        with sqlite.transaction(conn, "DEFERRED"):
+            version = int(sqlite.scalar(conn, "SELECT version FROM runtime_state WHERE id = 1") or 0)
+            raw = {r["variable_name"]: r["variable_value"] for r in sqlite.rows(conn, "SELECT * FROM runtime_global_variables")}
+            tables: dict[str, list[dict[str, Any]]] = {}
+            for module in self.modules.values():
+                if module is VARIABLES_MODULE:
+                    continue
+                for table in self.runtime_tables_of(module):
+                    tables[table] = sqlite.rows(conn, f"SELECT * FROM main.{table}")
+        return build_runtime(version, raw, tables, self.variables)
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None

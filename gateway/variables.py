@@ -1,0 +1,114 @@
+"""Every runtime variable, declared once: name, type, default, help.
+
+A declaration drives validation (`parse`), defaults, masking of secrets, the README's
+configuration reference (`mcp-gateway variables --markdown`) and a test that each is
+documented. Values are stored as text in `global_variables` (as ProxySQL does) and parsed
+into typed values when a runtime is built.
+
+Handlers add their own variables through `ToolHandler.variables`; `all_variables()` joins
+the core list with theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from gateway.errors import ConfigError
+
+ENDPOINTS = ("config", "query", "admin", "cache", "stats", "ai", "rag")
+MASK = "********"
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    kind: str  # "int" | "bool" | "str" | "enum" | "tokens" | "list"
+    default: str
+    help: str
+    secret: bool = False
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] = ()
+    restart_required: bool = False  # takes effect at the next start, not on LOAD
+
+    def parse(self, text: str | None) -> Any:
+        """Turn stored text into a typed value, or raise ConfigError naming the variable."""
+        raw = self.default if text is None else str(text).strip()
+        if self.kind == "int":
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ConfigError(f"{self.name}: expected an integer, got {raw!r}") from None
+            if self.minimum is not None and value < self.minimum:
+                raise ConfigError(f"{self.name}: {value} is below the minimum {self.minimum}")
+            if self.maximum is not None and value > self.maximum:
+                raise ConfigError(f"{self.name}: {value} is above the maximum {self.maximum}")
+            return value
+        if self.kind == "bool":
+            lowered = raw.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"{self.name}: expected true or false, got {raw!r}")
+        if self.kind == "enum":
+            if raw not in self.choices:
+                raise ConfigError(f"{self.name}: expected one of {', '.join(self.choices)}, got {raw!r}")
+            return raw
+        if self.kind in ("tokens", "list"):
+            # Comma separated; for tokens several values let a token rotate without downtime.
+            items = tuple(part.strip() for part in raw.split(",") if part.strip())
+            if self.kind == "tokens":
+                for token in items:
+                    if len(token) < 16 or any(ch.isspace() for ch in token):
+                        raise ConfigError(f"{self.name}: each token needs 16+ characters and no spaces")
+            return items
+        return raw
+
+    def display(self, text: str | None) -> str:
+        """What an admin or a response may see of a stored value: secrets are masked."""
+        value = self.default if text is None else text
+        if self.secret and value:
+            return MASK
+        return value
+
+
+def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
+    return Variable(name=name, kind=kind, default=str(default).lower() if isinstance(default, bool) else str(default), help=help, **kw)
+
+
+CORE_VARIABLES: tuple[Variable, ...] = (
+    _v("mcp-enabled", "bool", True, "Serve MCP at all; false answers every endpoint with UNAVAILABLE."),
+    _v("mcp-port", "int", 6071, "TCP port of the HTTPS listener.", minimum=1, maximum=65535, restart_required=True),
+    _v("mcp-bind_address", "str", "127.0.0.1", "Address the listener binds to (0.0.0.0 for all).", restart_required=True),
+    _v("mcp-use_ssl", "bool", True, "Serve HTTPS. false serves plain HTTP and warns loudly at start.", restart_required=True),
+    _v("mcp-ssl_cert", "str", "", "PEM certificate chain file; empty uses a self-signed one generated in the data directory."),
+    _v("mcp-ssl_key", "str", "", "PEM private key file for mcp-ssl_cert."),
+    _v("mcp-timeout_ms", "int", 30000, "Deadline of one tool call, in milliseconds.", minimum=10, maximum=3_600_000),
+    _v("mcp-max_request_bytes", "int", 1_048_576, "Largest request body accepted; larger bodies get HTTP 413 before parsing.", minimum=1024, maximum=64 * 1_048_576),
+    _v("mcp-allowed_origins", "list", "", "Comma-separated Origin values allowed to call; empty allows requests with any Origin."),
+    _v("mcp-allow_query_token", "bool", False, "Also accept the token as ?token= (ProxySQL's fallback). Off: tokens in URLs end up in logs."),
+    _v("mcp-tool_name_style", "enum", "dotted", "Tool names tools/list advertises: dotted (rag.search_fts) or portable (rag_search_fts). tools/call accepts both.", choices=("dotted", "portable")),
+    _v("mcp-tools_page_size", "int", 100, "Tools per tools/list page (cursor paging).", minimum=1, maximum=1000),
+    _v("mcp-metrics_auth", "tokens", "", "Bearer token(s) required on GET /metrics; empty serves metrics without a token.", secret=True),
+    _v("mcp-metrics_port", "int", 0, "Also serve /metrics over plain HTTP on this port (0: off).", minimum=0, maximum=65535, restart_required=True),
+    _v("mcp-stats_show_queries_max_rows", "int", 200, "Most rows show_queries returns.", minimum=1, maximum=10000),
+    *(
+        _v(f"mcp-{endpoint}_endpoint_auth", "tokens", "", f"Bearer token(s) for /mcp/{endpoint}, comma separated. Empty refuses every call.", secret=True)
+        for endpoint in ENDPOINTS
+    ),
+)
+
+
+def all_variables(extra: Iterable[Variable] = ()) -> dict[str, Variable]:
+    """The core variables plus those handlers declare; a duplicate name is a programming error."""
+    table: dict[str, Variable] = {}
+    for variable in (*CORE_VARIABLES, *extra):
+        if variable.name in table:
+            raise RuntimeError(f"variable {variable.name} declared twice")
+        if not variable.help:
+            raise RuntimeError(f"variable {variable.name} has no help text")
+        variable.parse(None)  # the default itself must validate
+        table[variable.name] = variable
+    return table

@@ -1,0 +1,255 @@
+"""`ToolHandler`, the Python spelling of ProxySQL's `MCP_Tool_Handler`, and the `@tool` declaration.
+
+A tool is declared once, beside its function:
+
+    class ConfigHandler(ToolHandler):
+        endpoint = "config"
+
+        @tool("get_config", title="Read a variable", read_only=True, idempotent=True)
+        def get_config(self, args: GetConfigIn, ctx: CallContext) -> GetConfigOut:
+            '''The docstring is the description the model reads: make it good.'''
+
+The input and output pydantic models come from the type hints; the base derives the JSON
+Schemas (once, at class creation), validates arguments, runs the function (sync functions in
+a worker thread, never on the event loop) under the call's deadline, and shapes the MCP
+result: `structuredContent` plus a text block with the same JSON, or `isError: true` with
+`{"error": {code, message, details}}`. Duplicate names or missing descriptions fail at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, get_type_hints
+
+import anyio
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
+from gateway.store import ConfigModule
+from gateway.variables import Variable
+
+if TYPE_CHECKING:
+    from gateway.runtime import Runtime
+    from gateway.services import Services
+
+log = logging.getLogger("mcp_gateway.tools")
+
+
+class ToolInput(BaseModel):
+    """Base for tool arguments: unknown keys are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What a tool function may know about the call it serves."""
+
+    endpoint: str
+    tool_name: str
+    runtime: Runtime
+    deadline: float  # time.monotonic() value after which the call is abandoned
+    protocol_version: str = ""
+    client: str = ""
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def check_deadline(self) -> None:
+        """Long loops call this between steps so a thread does not outlive its caller by much."""
+        if time.monotonic() > self.deadline:
+            raise DeadlineExceeded(f"{self.tool_name} ran past its deadline")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
+    annotations: dict[str, bool]
+    func: Callable[..., Any]
+    is_async: bool
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    output_schema: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def portable_name(self) -> str:
+        return self.name.replace(".", "_")
+
+    def describe(self, *, style: str = "dotted") -> dict[str, Any]:
+        return {
+            "name": self.portable_name if style == "portable" else self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "outputSchema": self.output_schema,
+            "annotations": {"title": self.title, **self.annotations},
+        }
+
+
+def tool(
+    name: str,
+    *,
+    title: str,
+    read_only: bool,
+    destructive: bool = False,
+    idempotent: bool = False,
+    open_world: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a handler method as an MCP tool. The annotations must tell the truth."""
+
+    def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+        func.__mcp_tool__ = {  # type: ignore[attr-defined]
+            "name": name,
+            "title": title,
+            "annotations": {
+                "readOnlyHint": read_only,
+                "destructiveHint": destructive and not read_only,
+                "idempotentHint": idempotent or read_only,
+                "openWorldHint": open_world,
+            },
+        }
+        return func
+
+    return mark
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True)
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    return schema
+
+
+def _build_spec(func: Callable[..., Any], meta: dict[str, Any]) -> ToolSpec:
+    hints = get_type_hints(func)
+    params = [p for p in inspect.signature(func).parameters if p != "self"]
+    if len(params) != 2 or "return" not in hints:
+        raise TypeError(f"tool {meta['name']}: signature must be (self, args: Model, ctx: CallContext) -> Model")
+    input_model, output_model = hints[params[0]], hints["return"]
+    description = inspect.cleandoc(func.__doc__ or "")
+    if not description:
+        raise TypeError(f"tool {meta['name']} has no description (docstring)")
+    return ToolSpec(
+        name=meta["name"],
+        title=meta["title"],
+        description=description,
+        input_model=input_model,
+        output_model=output_model,
+        annotations=meta["annotations"],
+        func=func,
+        is_async=inspect.iscoroutinefunction(func),
+        input_schema=_schema(input_model),
+        output_schema=_schema(output_model),
+    )
+
+
+def tool_result(payload: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return {"content": [{"type": "text", "text": text}], "structuredContent": payload, "isError": is_error}
+
+
+def error_result(error: GatewayError) -> dict[str, Any]:
+    return tool_result({"error": error.to_dict()}, is_error=True)
+
+
+class ToolHandler:
+    """Base of every endpoint's handler: tool discovery, execution and lifecycle.
+
+    Subclasses set `endpoint`, declare tools with `@tool`, may declare `variables`, and may
+    override `init` (open pools, load an index; raising leaves the endpoint UNAVAILABLE while
+    the others serve), `close`, and `on_runtime_change` (called in every worker when a LOAD
+    ... TO RUNTIME lands).
+    """
+
+    endpoint: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    instructions: ClassVar[str] = ""
+    variables: ClassVar[tuple[Variable, ...]] = ()
+    config_modules: ClassVar[tuple[ConfigModule, ...]] = ()  # admin tables with LOAD/SAVE verbs
+    tools: ClassVar[dict[str, ToolSpec]] = {}
+    thread_limit: ClassVar[int] = 32  # concurrent blocking calls per endpoint
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        specs: dict[str, ToolSpec] = {}
+        for klass in reversed(cls.__mro__):
+            for attr in vars(klass).values():
+                meta = getattr(attr, "__mcp_tool__", None)
+                if meta is None:
+                    continue
+                spec = _build_spec(attr, meta)
+                if spec.name in specs and specs[spec.name].func is not attr:
+                    raise TypeError(f"{cls.__name__}: tool {spec.name} declared twice")
+                specs[spec.name] = spec
+        cls.tools = specs
+        cls._lookup = {**{s.portable_name: s for s in specs.values()}, **specs}
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def init(self) -> None:
+        """Acquire what the tools need. Raise to mark the endpoint UNAVAILABLE."""
+
+    async def close(self) -> None:
+        """Release what init acquired."""
+
+    def on_runtime_change(self, old: Runtime | None, new: Runtime) -> None:
+        """React to a new runtime (rebuild pools for changed targets, ...)."""
+
+    # -- discovery -------------------------------------------------------------------------
+    def get_tool_list(self, *, style: str = "dotted") -> list[dict[str, Any]]:
+        return [spec.describe(style=style) for spec in self.tools.values()]
+
+    def find_tool(self, name: str) -> ToolSpec | None:
+        """Both spellings resolve: `rag.search_fts` and `rag_search_fts`."""
+        return self._lookup.get(name)
+
+    def get_tool_description(self, name: str, *, style: str = "dotted") -> dict[str, Any] | None:
+        spec = self.find_tool(name)
+        return spec.describe(style=style) if spec else None
+
+    # -- execution -------------------------------------------------------------------------
+    async def execute_tool(self, spec: ToolSpec, arguments: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        """Validate, run under the deadline, and shape the MCP result. Never raises GatewayError."""
+        try:
+            args = spec.input_model.model_validate(arguments)
+        except ValidationError as exc:
+            details = [
+                {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"], "type": err["type"]}
+                for err in exc.errors(include_url=False, include_input=False)
+            ]
+            return error_result(InvalidArgument(f"invalid arguments for {spec.name}", details=details))
+        try:
+            with anyio.fail_after(ctx.remaining_s()):
+                if spec.is_async:
+                    output = await spec.func(self, args, ctx)
+                else:
+                    if self._limiter is None:
+                        self._limiter = anyio.CapacityLimiter(self.thread_limit)
+                    output = await anyio.to_thread.run_sync(spec.func, self, args, ctx, limiter=self._limiter)
+        except TimeoutError:
+            return error_result(DeadlineExceeded(f"{spec.name} did not finish within its deadline"))
+        except GatewayError as exc:
+            return error_result(exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug or an untranslated driver error: log it, answer safely
+            log.exception("tool %s on /mcp/%s failed", spec.name, self.endpoint)
+            return error_result(GatewayError(f"{spec.name} failed unexpectedly; see the gateway log"))
+        if isinstance(output, dict):
+            output = spec.output_model.model_validate(output)
+        return tool_result(output.model_dump(mode="json", by_alias=True))
