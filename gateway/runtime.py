@@ -7,9 +7,10 @@ half of an update.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from gateway.variables import Variable
 
@@ -28,7 +29,12 @@ class Runtime:
         return self.tables.get(name, ())
 
 
-def build_runtime(version: int, raw_variables: Mapping[str, str], tables: Mapping[str, list[dict[str, Any]]], declarations: Mapping[str, Variable]) -> Runtime:
+def build_runtime(
+    version: int,
+    raw_variables: Mapping[str, str],
+    tables: Mapping[str, list[dict[str, Any]]],
+    declarations: Mapping[str, Variable],
+) -> Runtime:
     """Type every variable (validation errors propagate as ConfigError) and freeze the result."""
     typed = {name: decl.parse(raw_variables.get(name)) for name, decl in declarations.items()}
     return Runtime(

@@ -7,9 +7,10 @@ one file and the code applies it rather than keeping a copy.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import apsw
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import apsw
 
@@ -43,9 +44,12 @@ class ConfigModule:
     tables: tuple[str, ...]  # memory/disk table names; runtime twins are runtime_<name>
     build: BuildFn
     runtime_tables: tuple[str, ...] = ()  # defaults to runtime_<table> for each table
+    secret_columns: tuple[str, ...] = ()  # read as NULL through admin.sql (e.g. db_password)
 
 
-def _build_variables(memory: Mapping[str, list[dict[str, Any]]], declarations: Mapping[str, Variable]) -> dict[str, list[dict[str, Any]]]:
+def _build_variables(
+    memory: Mapping[str, list[dict[str, Any]]], declarations: Mapping[str, Variable]
+) -> dict[str, list[dict[str, Any]]]:
     stored = {row["variable_name"]: row["variable_value"] for row in memory["global_variables"]}
     unknown = sorted(set(stored) - set(declarations))
     if unknown:
@@ -132,7 +136,14 @@ class ConfigStore:
             conn.execute("UPDATE runtime_state SET version = version + 1, loaded_at = ? WHERE id = 1", (time.time(),))
             return sqlite.scalar(conn, "SELECT version FROM runtime_state WHERE id = 1")
 
-    def _copy(self, module: ConfigModule, source: str, target: str, tables: tuple[str, ...] | None = None, source_tables: tuple[str, ...] | None = None) -> None:
+    def _copy(
+        self,
+        module: ConfigModule,
+        source: str,
+        target: str,
+        tables: tuple[str, ...] | None = None,
+        source_tables: tuple[str, ...] | None = None,
+    ) -> None:
         conn = self.conn()
         with sqlite.transaction(conn):
             for src_table, dst_table in zip(source_tables or module.tables, tables or module.tables):

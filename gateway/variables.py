@@ -11,8 +11,9 @@ the core list with theirs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from gateway.errors import ConfigError
 
@@ -75,7 +76,9 @@ class Variable:
 
 
 def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
-    return Variable(name=name, kind=kind, default=str(default).lower() if isinstance(default, bool) else str(default), help=help, **kw)
+    return Variable(
+        name=name, kind=kind, default=str(default).lower() if isinstance(default, bool) else str(default), help=help, **kw
+    )
 
 
 CORE_VARIABLES: tuple[Variable, ...] = (
@@ -86,16 +89,56 @@ CORE_VARIABLES: tuple[Variable, ...] = (
     _v("mcp-ssl_cert", "str", "", "PEM certificate chain file; empty uses a self-signed one generated in the data directory."),
     _v("mcp-ssl_key", "str", "", "PEM private key file for mcp-ssl_cert."),
     _v("mcp-timeout_ms", "int", 30000, "Deadline of one tool call, in milliseconds.", minimum=10, maximum=3_600_000),
-    _v("mcp-max_request_bytes", "int", 1_048_576, "Largest request body accepted; larger bodies get HTTP 413 before parsing.", minimum=1024, maximum=64 * 1_048_576),
-    _v("mcp-allowed_origins", "list", "", "Comma-separated Origin values allowed to call; empty allows requests with any Origin."),
-    _v("mcp-allow_query_token", "bool", False, "Also accept the token as ?token= (ProxySQL's fallback). Off: tokens in URLs end up in logs."),
-    _v("mcp-tool_name_style", "enum", "dotted", "Tool names tools/list advertises: dotted (rag.search_fts) or portable (rag_search_fts). tools/call accepts both.", choices=("dotted", "portable")),
+    _v(
+        "mcp-max_request_bytes",
+        "int",
+        1_048_576,
+        "Largest request body accepted; larger bodies get HTTP 413 before parsing.",
+        minimum=1024,
+        maximum=64 * 1_048_576,
+    ),
+    _v(
+        "mcp-allowed_origins", "list", "", "Comma-separated Origin values allowed to call; empty allows requests with any Origin."
+    ),
+    _v(
+        "mcp-allow_query_token",
+        "bool",
+        False,
+        "Also accept the token as ?token= (ProxySQL's fallback). Off: tokens in URLs end up in logs.",
+    ),
+    _v(
+        "mcp-tool_name_style",
+        "enum",
+        "dotted",
+        "Tool names tools/list advertises: dotted (rag.search_fts) or portable (rag_search_fts). tools/call accepts both.",
+        choices=("dotted", "portable"),
+    ),
     _v("mcp-tools_page_size", "int", 100, "Tools per tools/list page (cursor paging).", minimum=1, maximum=1000),
-    _v("mcp-metrics_auth", "tokens", "", "Bearer token(s) required on GET /metrics; empty serves metrics without a token.", secret=True),
-    _v("mcp-metrics_port", "int", 0, "Also serve /metrics over plain HTTP on this port (0: off).", minimum=0, maximum=65535, restart_required=True),
+    _v(
+        "mcp-metrics_auth",
+        "tokens",
+        "",
+        "Bearer token(s) required on GET /metrics; empty serves metrics without a token.",
+        secret=True,
+    ),
+    _v(
+        "mcp-metrics_port",
+        "int",
+        0,
+        "Also serve /metrics over plain HTTP on this port (0: off).",
+        minimum=0,
+        maximum=65535,
+        restart_required=True,
+    ),
     _v("mcp-stats_show_queries_max_rows", "int", 200, "Most rows show_queries returns.", minimum=1, maximum=10000),
     *(
-        _v(f"mcp-{endpoint}_endpoint_auth", "tokens", "", f"Bearer token(s) for /mcp/{endpoint}, comma separated. Empty refuses every call.", secret=True)
+        _v(
+            f"mcp-{endpoint}_endpoint_auth",
+            "tokens",
+            "",
+            f"Bearer token(s) for /mcp/{endpoint}, comma separated. Empty refuses every call.",
+            secret=True,
+        )
         for endpoint in ENDPOINTS
     ),
 )

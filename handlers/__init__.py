@@ -1,0 +1,9 @@
+"""One handler per endpoint. The app is assembled from this explicit list; nothing registers later."""
+
+from handlers.admin import AdminHandler
+from handlers.ai import AiHandler
+from handlers.cache import CacheHandler
+from handlers.config import ConfigHandler
+from handlers.stats import StatsHandler
+
+HANDLER_CLASSES = (ConfigHandler, StatsHandler, AdminHandler, CacheHandler, AiHandler)

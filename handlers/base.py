@@ -23,8 +23,9 @@ import inspect
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -198,6 +199,7 @@ class ToolHandler:
 
     def __init__(self, services: Services) -> None:
         self.services = services
+        self.down_reason = ""  # set by the app when init() fails: tools answer UNAVAILABLE
         self._limiter: anyio.CapacityLimiter | None = None
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -1,0 +1,156 @@
+"""Assembles one worker's application from the explicit list of handler classes.
+
+`create_app()` is the uvicorn factory every worker calls. The parent process (`mcp-gateway
+serve`) has already prepared the data directory and loaded the runtime (gateway.startup); a
+worker opens the same store, reads the runtime, builds its handlers and serves. Background
+tasks keep it in step: the runtime version is polled every 250 ms (a LOAD in any worker
+reaches all within a second), tool counters are flushed every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway import auth, tls
+from gateway.metrics import Metrics
+from gateway.protocol import Dispatcher, Endpoint
+from gateway.services import Services
+from gateway.startup import open_store
+from gateway.stats import ToolStats
+from gateway.transport import McpTransport
+from handlers import HANDLER_CLASSES
+
+log = logging.getLogger("mcp_gateway")
+RUNTIME_POLL_S = 0.25
+STATS_FLUSH_S = 1.0
+
+
+def create_app(data_dir: Path | None = None) -> FastAPI:
+    data_dir = Path(data_dir or os.environ.get("MCP_GATEWAY_DATA_DIR", "mcp-gateway-data")).resolve()
+    store = open_store(data_dir)
+    metrics = Metrics()
+    services = Services(
+        data_dir=data_dir,
+        store=store,
+        runtime=store.read_runtime(),
+        stats=ToolStats(store),
+        metrics=metrics,
+        workers=int(os.environ.get("MCP_GATEWAY_WORKERS", "1")),
+        port=int(os.environ.get("MCP_GATEWAY_PORT", "0")),
+    )
+    handlers = [cls(services) for cls in HANDLER_CLASSES]
+    services.handlers = {h.endpoint: h for h in handlers}
+    endpoints: dict[str, Endpoint] = {h.endpoint: Endpoint(h.endpoint, h) for h in handlers}
+
+    def observe_tool(endpoint: str, tool: str, seconds: float, outcome: str, version: str) -> None:
+        metrics.operation_duration.labels(endpoint, "tools/call", tool, outcome, version).observe(seconds)
+        if outcome != "ok":
+            metrics.errors.labels(endpoint, "0", outcome).inc()
+        services.stats.record(endpoint, tool, seconds, ok=outcome == "ok")
+
+    dispatcher = Dispatcher(services, observe_tool=observe_tool)
+    transport = McpTransport(services, endpoints, dispatcher, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for handler in handlers:
+            try:
+                await handler.init()
+                metrics.handler_up.labels(handler.endpoint).set(1)
+            except Exception as exc:  # the endpoint answers UNAVAILABLE; the others serve
+                log.exception("handler for /mcp/%s failed to initialise", handler.endpoint)
+                handler.down_reason = _safe_reason(exc)
+                endpoints[handler.endpoint] = Endpoint(handler.endpoint, handler, down_reason=handler.down_reason)
+                metrics.handler_up.labels(handler.endpoint).set(0)
+        app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_follow_runtime, services, handlers)
+            tasks.start_soon(_flush_stats, services)
+            yield
+            tasks.cancel_scope.cancel()
+        await anyio.to_thread.run_sync(services.stats.flush)
+        for handler in handlers:
+            with contextlib.suppress(Exception):
+                await handler.close()
+
+    app = FastAPI(title="MCP Gateway", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.services = services
+
+    async def mcp_route(request: Request) -> Response:
+        return await transport(request)
+
+    app.add_route("/mcp/{endpoint}", mcp_route, methods=["GET", "POST", "OPTIONS", "PUT", "DELETE", "PATCH"])
+
+    async def metrics_route(request: Request) -> Response:
+        if not auth.check_metrics({k.lower(): v for k, v in request.headers.items()}, services.runtime):
+            return JSONResponse(
+                {"error": "metrics need a bearer token (mcp-metrics_auth)"},
+                401,
+                headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+            )
+        metrics.sample_process()
+        body = await anyio.to_thread.run_sync(metrics.exposition)
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def healthz(request: Request) -> Response:
+        down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
+        return JSONResponse(
+            {"status": "ok" if not down else "degraded", "down": down, "runtime_version": services.runtime.version}
+        )
+
+    app.add_route("/metrics", metrics_route, methods=["GET"])
+    app.add_route("/healthz", healthz, methods=["GET"])
+    return app
+
+
+def _safe_reason(exc: Exception) -> str:
+    # GatewayError messages are written to be shown; anything else may carry a driver's text.
+    from gateway.errors import GatewayError
+
+    return exc.message if isinstance(exc, GatewayError) else f"{type(exc).__name__} during start (see the gateway log)"
+
+
+async def _follow_runtime(services: Services, handlers: list) -> None:
+    """Poll runtime_state.version; on change swap the snapshot and tell handlers and TLS."""
+    store = services.store
+    services.metrics.runtime_version.set(services.runtime.version)
+    while True:
+        await asyncio.sleep(RUNTIME_POLL_S)
+        try:
+            version = await anyio.to_thread.run_sync(store.runtime_version)
+            if version == services.runtime.version:
+                continue
+            new = await anyio.to_thread.run_sync(store.read_runtime)
+            old, services.runtime = services.runtime, new
+            for handler in handlers:
+                try:
+                    await anyio.to_thread.run_sync(handler.on_runtime_change, old, new)
+                except Exception:
+                    log.exception("/mcp/%s could not apply runtime %s", handler.endpoint, new.version)
+            if tls.ACTIVE_CONTEXTS:
+                cert, key = tls.resolve_material(services.data_dir, new.var("mcp-ssl_cert"), new.var("mcp-ssl_key"))
+                await anyio.to_thread.run_sync(tls.reload_contexts, cert, key)
+            services.metrics.runtime_version.set(new.version)
+            log.info("runtime version %s applied", new.version)
+        except Exception:
+            log.exception("following the runtime failed; retrying")
+
+
+async def _flush_stats(services: Services) -> None:
+    while True:
+        await asyncio.sleep(STATS_FLUSH_S)
+        try:
+            await anyio.to_thread.run_sync(services.stats.flush)
+            services.metrics.sample_process()
+        except Exception:
+            log.exception("flushing tool statistics failed; retrying")

@@ -1,0 +1,54 @@
+"""Bearer-token checks: one token variable per endpoint, several tokens for rotation.
+
+No token configured means no entry (ProxySQL's empty-token bypass was CVE-2026-48774). Every
+configured token is compared in constant time, all of them, so timing tells nothing about
+which one nearly matched. `?token=` is honoured only when `mcp-allow_query_token` is on.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+
+from gateway.runtime import Runtime
+
+
+def token_matches(presented: str, accepted: tuple[str, ...]) -> bool:
+    matched = False
+    presented_bytes = presented.encode()
+    for token in accepted:
+        matched |= hmac.compare_digest(presented_bytes, token.encode())
+    return matched
+
+
+def presented_token(headers: Mapping[str, str], query: Mapping[str, str], *, allow_query: bool) -> tuple[str | None, str]:
+    """(token, how) — how is 'header', 'query', 'malformed' or 'missing'."""
+    header = headers.get("authorization")
+    if header is not None:
+        scheme, _, value = header.strip().partition(" ")
+        value = value.strip()
+        if scheme.lower() != "bearer" or not value:
+            return None, "malformed"
+        return value, "header"
+    if allow_query and query.get("token"):
+        return query["token"], "query"
+    return None, "missing"
+
+
+def check_endpoint(endpoint: str, headers: Mapping[str, str], query: Mapping[str, str], runtime: Runtime) -> str | None:
+    """None when the caller may use the endpoint, else the failure reason (a metric label)."""
+    accepted: tuple[str, ...] = runtime.var(f"mcp-{endpoint}_endpoint_auth")
+    if not accepted:
+        return "no_token_configured"
+    token, how = presented_token(headers, query, allow_query=runtime.var("mcp-allow_query_token"))
+    if token is None:
+        return how
+    return None if token_matches(token, accepted) else "invalid_token"
+
+
+def check_metrics(headers: Mapping[str, str], runtime: Runtime) -> bool:
+    accepted: tuple[str, ...] = runtime.var("mcp-metrics_auth")
+    if not accepted:
+        return True
+    token, _ = presented_token(headers, {}, allow_query=False)
+    return token is not None and token_matches(token, accepted)

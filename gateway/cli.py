@@ -1,0 +1,217 @@
+"""`mcp-gateway`: a thin skin over the library. It parses arguments and calls functions.
+
+mcp-gateway serve [--config FILE] [--data-dir DIR] [--workers N] [--port P] [--host H]
+mcp-gateway admin "<statement>" [--data-dir DIR]
+mcp-gateway rag sync [--source NAME] [--data-dir DIR]
+mcp-gateway variables [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_DIR = "mcp-gateway-data"
+log = logging.getLogger("mcp_gateway")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _banner(prepared: Any, *, scheme: str, host: str, port: int, cert: Path | None) -> str:
+    shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
+    base = f"{scheme}://{shown_host}:{port}"
+    lines = [f"MCP Gateway listening on {base}/mcp/<endpoint>  (metrics: {base}/metrics)"]
+    if prepared.generated_tokens:
+        lines.append("Generated bearer tokens (shown once; stored in the data directory, readable only by you):")
+        lines += [f"  {endpoint:<7} {token}" for endpoint, token in prepared.generated_tokens.items()]
+        rag_token = prepared.generated_tokens.get("rag")
+        if rag_token:
+            cacert = f"--cacert {cert} " if cert else ""
+            body = json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "rag.search_hybrid", "arguments": {"query": "how do I sort a list", "k": 3}},
+                }
+            )
+            lines.append("Try it:")
+            lines.append(
+                f"  curl -s {cacert}-H 'Authorization: Bearer {rag_token}' -H 'Content-Type: application/json' -d '{body}' {base}/mcp/rag"
+            )
+    return "\n".join(lines)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    from gateway import tls
+    from gateway.errors import ConfigError
+    from gateway.startup import prepare
+
+    data_dir = Path(args.data_dir).resolve()
+    try:
+        prepared = prepare(data_dir, config_file=Path(args.config) if args.config else None, reload_config=args.reload_config)
+    except (ConfigError, OSError) as exc:
+        print(f"mcp-gateway: cannot start: {exc}", file=sys.stderr)
+        return 2
+    runtime = prepared.store.read_runtime()
+    port = runtime.var("mcp-port") if args.port is None else args.port
+    host = args.host or runtime.var("mcp-bind_address")
+    use_ssl = runtime.var("mcp-use_ssl")
+    cert = key = None
+    if use_ssl:
+        cert, key = tls.resolve_material(data_dir, runtime.var("mcp-ssl_cert"), runtime.var("mcp-ssl_key"))
+    else:
+        log.warning("!" * 72)
+        log.warning("mcp-use_ssl=false: serving PLAIN HTTP. Bearer tokens cross the network in clear text.")
+        log.warning("!" * 72)
+
+    # Metrics of every worker go to files here; a fresh directory per run drops dead workers' samples.
+    metrics_dir = data_dir / "metrics"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(mode=0o700)
+    os.environ.update(
+        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
+        MCP_GATEWAY_DATA_DIR=str(data_dir),
+        MCP_GATEWAY_WORKERS=str(args.workers),
+    )
+    config = tls.ReloadableTLSConfig(
+        "gateway.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=args.workers,
+        ssl_certfile=str(cert) if cert else None,
+        ssl_keyfile=str(key) if key else None,
+        log_level=args.log_level,
+        access_log=False,  # an access log would record ?token= query strings
+        server_header=False,
+        timeout_graceful_shutdown=5,
+    )
+    sock = config.bind_socket()
+    bound_port = sock.getsockname()[1]
+    os.environ["MCP_GATEWAY_PORT"] = str(bound_port)
+    state_file = data_dir / "gateway.json"
+    state_file.write_text(json.dumps({"pid": os.getpid(), "port": bound_port, "host": host, "use_ssl": use_ssl}))
+    print(_banner(prepared, scheme="https" if use_ssl else "http", host=host, port=bound_port, cert=cert), flush=True)
+    if runtime.var("mcp-metrics_port"):
+        from prometheus_client import start_http_server
+
+        from gateway.metrics import Metrics
+
+        start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=Metrics().collecting_registry())
+    _start_background_jobs(data_dir, prepared, args)
+    try:
+        if args.workers > 1:
+            Multiprocess(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
+        else:
+            uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        state_file.unlink(missing_ok=True)
+    return 0
+
+
+def _start_background_jobs(data_dir: Path, prepared: Any, args: argparse.Namespace) -> None:
+    """Jobs the parent runs beside the workers (the demo corpus on first start)."""
+    if args.no_demo:
+        return
+    try:
+        from handlers.rag.ingest.demo import start_demo_in_background
+    except ImportError:
+        return
+    start_demo_in_background(data_dir, store=prepared.store, first_start=prepared.fresh)
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    from gateway.admin_client import run_admin_statement
+
+    try:
+        result = run_admin_statement(Path(args.data_dir).resolve(), args.statement)
+    except Exception as exc:  # noqa: BLE001 - the CLI prints the error and exits non-zero
+        print(f"mcp-gateway admin: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2, default=str))
+    return 0 if not result.get("error") else 1
+
+
+def cmd_variables(args: argparse.Namespace) -> int:
+    from gateway.startup import declared_variables
+
+    variables = declared_variables()
+    if args.markdown:
+        print("| variable | type | default | description |\n|---|---|---|---|")
+        for v in variables.values():
+            kind = v.kind if v.kind != "enum" else " \\| ".join(v.choices)
+            extra = " (secret)" if v.secret else ""
+            extra += " (restart)" if v.restart_required else ""
+            print(f"| `{v.name}` | {kind} | `{v.default}` | {v.help}{extra} |")
+    else:
+        for v in variables.values():
+            print(f"{v.name} = {v.default!r}  # {v.help}")
+    return 0
+
+
+def cmd_rag_sync(args: argparse.Namespace) -> int:
+    from handlers.rag.ingest.cli import run_sync
+
+    return run_sync(Path(args.data_dir).resolve(), args.source, progress=not args.quiet)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-gateway", description="MCP Gateway: safe, bounded, observable MCP access to databases."
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTPS server")
+    serve.add_argument("--config", help="bootstrap TOML file: seeds the disk layer on first start")
+    serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    serve.add_argument("--reload-config", action="store_true", help="re-seed the disk layer from --config")
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--port", type=int, help="override mcp-port (0 picks a free port)")
+    serve.add_argument("--host", help="override mcp-bind_address")
+    serve.add_argument("--no-demo", action="store_true", help="do not build the demo corpus on first start")
+    serve.set_defaults(func=cmd_serve)
+
+    admin = sub.add_parser("admin", help="run an admin statement (running gateway, else the data directory)")
+    admin.add_argument("statement")
+    admin.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    admin.set_defaults(func=cmd_admin)
+
+    variables = sub.add_parser("variables", help="list the declared variables")
+    variables.add_argument("--markdown", action="store_true")
+    variables.set_defaults(func=cmd_variables)
+
+    rag = sub.add_parser("rag", help="RAG index jobs")
+    rag_sub = rag.add_subparsers(dest="rag_command", required=True)
+    sync = rag_sub.add_parser("sync", help="sync sources into the index, with a progress bar")
+    sync.add_argument("--source", help="one source name (default: all enabled)")
+    sync.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    sync.add_argument("--quiet", action="store_true")
+    sync.set_defaults(func=cmd_rag_sync)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""Prometheus metrics, correct under `--workers N`.
+
+When `PROMETHEUS_MULTIPROC_DIR` is set (the CLI sets it to a fresh directory under the data
+directory before any worker starts), every worker writes its samples to memory-mapped files
+there and `/metrics` aggregates them with `MultiProcessCollector`. Without it (tests that build
+handlers directly) the metrics live in this object's own registry.
+
+Names follow OpenTelemetry's MCP conventions where they exist (`mcp.server.operation.duration`
+becomes `mcp_server_operation_duration_seconds`). Labels never carry tokens or SQL.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections import OrderedDict
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SIZE_BUCKETS = (128, 512, 2048, 8192, 32768, 131072, 524288, 2097152, 8388608)
+MAX_CLIENT_LABELS = 256  # per worker; later clients are counted under "other"
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.operation_duration = Histogram(
+            "mcp_server_operation_duration_seconds",
+            "Duration of MCP operations (OpenTelemetry mcp.server.operation.duration).",
+            ["endpoint", "method", "tool", "outcome", "protocol_version"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter(
+            "mcp_gateway_requests", "JSON-RPC requests answered, by outcome.", ["endpoint", "method", "outcome"], registry=r
+        )
+        self.errors = Counter(
+            "mcp_gateway_errors",
+            "Errors by JSON-RPC code and stable string code (tool errors have jsonrpc_code 0).",
+            ["endpoint", "jsonrpc_code", "error_code"],
+            registry=r,
+        )
+        self.http_responses = Counter(
+            "mcp_gateway_http_responses", "HTTP responses by status.", ["endpoint", "status"], registry=r
+        )
+        self.auth_failures = Counter(
+            "mcp_gateway_auth_failures", "Refused bearer checks by endpoint and reason.", ["endpoint", "reason"], registry=r
+        )
+        self.auth_failures_by_client = Counter(
+            "mcp_gateway_auth_failures_by_client",
+            f"Refused bearer checks by client address (first {MAX_CLIENT_LABELS} clients per worker, then 'other').",
+            ["client"],
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "mcp_gateway_inflight_requests", "Requests being served.", ["endpoint"], multiprocess_mode="livesum", registry=r
+        )
+        self.request_bytes = Histogram(
+            "mcp_gateway_request_body_bytes", "Request body sizes.", ["endpoint"], buckets=SIZE_BUCKETS, registry=r
+        )
+        self.response_bytes = Histogram(
+            "mcp_gateway_response_body_bytes", "Response body sizes.", ["endpoint"], buckets=SIZE_BUCKETS, registry=r
+        )
+        self.handler_up = Gauge(
+            "mcp_gateway_handler_up",
+            "1 when the endpoint's handler initialised.",
+            ["endpoint"],
+            multiprocess_mode="livemin",
+            registry=r,
+        )
+        self.runtime_version = Gauge(
+            "mcp_gateway_runtime_version",
+            "Runtime configuration version each worker serves.",
+            multiprocess_mode="liveall",
+            registry=r,
+        )
+        self.workers = Gauge("mcp_gateway_workers", "Worker processes serving.", multiprocess_mode="livesum", registry=r)
+        self.resident_memory = Gauge(
+            "mcp_gateway_process_resident_memory_bytes",
+            "Peak resident memory of each worker.",
+            multiprocess_mode="liveall",
+            registry=r,
+        )
+        self.cpu_seconds = Gauge(
+            "mcp_gateway_process_cpu_seconds", "CPU time used by each worker.", multiprocess_mode="liveall", registry=r
+        )
+        self.start_time = Gauge(
+            "mcp_gateway_process_start_time_seconds", "Start time of each worker.", multiprocess_mode="liveall", registry=r
+        )
+        self.start_time.set(time.time())
+        self.workers.set(1)
+        self._clients: OrderedDict[str, None] = OrderedDict()
+
+    def auth_failed(self, endpoint: str, reason: str, client: str) -> None:
+        self.auth_failures.labels(endpoint, reason).inc()
+        if client not in self._clients and len(self._clients) >= MAX_CLIENT_LABELS:
+            client = "other"
+        self._clients[client] = None
+        self.auth_failures_by_client.labels(client).inc()
+
+    def sample_process(self) -> None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self.resident_memory.set(usage.ru_maxrss * 1024)
+        self.cpu_seconds.set(usage.ru_utime + usage.ru_stime)
+
+    def collecting_registry(self) -> CollectorRegistry:
+        """The registry whose collection covers every worker."""
+        directory = multiprocess_dir()
+        if directory is None:
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)
+        return registry
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.collecting_registry())
+
+    def totals(self) -> dict[str, float]:
+        """Cross-worker totals for get_status and the stats endpoint."""
+        out = {"requests_total": 0.0, "failures_total": 0.0, "inflight": 0.0, "auth_failures_total": 0.0, "workers": 0.0}
+        for family in self.collecting_registry().collect():
+            for sample in family.samples:
+                if sample.name == "mcp_gateway_requests_total":
+                    out["requests_total"] += sample.value
+                    if sample.labels.get("outcome") != "ok":
+                        out["failures_total"] += sample.value
+                elif sample.name == "mcp_gateway_inflight_requests":
+                    out["inflight"] += sample.value
+                elif sample.name == "mcp_gateway_auth_failures_total":
+                    out["auth_failures_total"] += sample.value
+                elif sample.name == "mcp_gateway_workers":
+                    out["workers"] += sample.value
+        return out
+
+    def samples(self, prefix: str = "") -> list[dict[str, object]]:
+        rows = []
+        for family in self.collecting_registry().collect():
+            for sample in family.samples:
+                if sample.name.startswith(prefix) and not sample.name.endswith("_created"):
+                    rows.append({"name": sample.name, "labels": dict(sample.labels), "value": sample.value})
+        return rows

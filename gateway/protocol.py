@@ -1,0 +1,271 @@
+"""MCP over JSON-RPC 2.0: one message in, one result or error out, for both protocol eras.
+
+Legacy era (2025-03-26 .. 2025-11-25): `initialize` negotiates a version, later requests carry
+the `MCP-Protocol-Version` header. Modern era (2026-07-28): no handshake; every request carries
+`_meta["io.modelcontextprotocol/protocolVersion"]`, routing headers `Mcp-Method`/`Mcp-Name` must
+agree with the body, results carry `resultType`, list results `ttlMs`/`cacheScope`.
+
+`Dispatcher.dispatch` takes a parsed message and returns the response dict (or None for a
+notification). It is pure protocol: HTTP concerns (auth, sizes, content types) live in
+`gateway.transport`; tools live in handlers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway import __version__
+from gateway.errors import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    ProtocolError,
+    Unavailable,
+)
+from handlers.base import CallContext, error_result
+
+if TYPE_CHECKING:
+    from gateway.services import Services
+    from handlers.base import ToolHandler
+
+LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_VERSIONS = ("2026-07-28",)
+ALL_VERSIONS = (*LEGACY_VERSIONS, *MODERN_VERSIONS)
+DEFAULT_HEADER_VERSION = "2025-03-26"  # what an absent MCP-Protocol-Version header means
+META_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+NAME_BEARING = {"tools/call": "name", "tools/describe": "name", "prompts/get": "name", "resources/read": "uri"}
+LIST_TTL_MS = 60_000  # tool lists change only on restart: clients may cache them for a minute
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A routed endpoint: its handler, or the reason it is down."""
+
+    name: str
+    handler: ToolHandler
+    down_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What the transport learned about a request before dispatch."""
+
+    endpoint: Endpoint
+    header_version: str | None  # MCP-Protocol-Version, if sent
+    headers: dict[str, str]  # lowercased
+    client: str
+
+
+# Called after each tools/call with (endpoint, tool, seconds, outcome, protocol_version).
+ToolObserver = Callable[[str, str, float, str, str], None]
+
+
+def _b64_header(value: str | None) -> str | None:
+    match = re.fullmatch(r"=\?base64\?(.*)\?=", value or "")
+    if not match:
+        return value
+    try:
+        return base64.b64decode(match.group(1), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+class Dispatcher:
+    def __init__(self, services: Services, *, observe_tool: ToolObserver) -> None:
+        self.services = services
+        self.observe_tool = observe_tool
+        self.methods: dict[str, Callable[[dict[str, Any], Envelope, str], Awaitable[dict[str, Any]]]] = {
+            "initialize": self._initialize,
+            "ping": self._ping,
+            "server/discover": self._discover,
+            "tools/list": self._tools_list,
+            "tools/describe": self._tools_describe,
+            "tools/call": self._tools_call,
+            "prompts/list": self._empty("prompts"),
+            "resources/list": self._empty("resources"),
+            "resources/templates/list": self._empty("resourceTemplates"),
+        }
+
+    # -- entry point -----------------------------------------------------------------------
+    async def dispatch(self, message: Any, env: Envelope) -> dict[str, Any] | None:
+        if not isinstance(message, dict):
+            return _error(None, ProtocolError(INVALID_REQUEST, "a JSON-RPC message must be an object"))
+        msg_id = message.get("id")
+        method = message.get("method")
+        is_request = "id" in message
+        if message.get("jsonrpc") != "2.0" or not isinstance(method, str) or (is_request and not _valid_id(msg_id)):
+            if not is_request and isinstance(method, str):
+                return None  # a malformed notification gets no answer, as JSON-RPC says
+            return _error(
+                msg_id if _valid_id(msg_id) else None, ProtocolError(INVALID_REQUEST, "not a valid JSON-RPC 2.0 request")
+            )
+        if not is_request:
+            return None  # notifications/* (initialized, cancelled, ...) need no work here
+        params = message.get("params", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            return _error(msg_id, ProtocolError(INVALID_PARAMS, "params must be an object"))
+        try:
+            version = self._era(method, params, env)
+            handler = self.methods.get(method)
+            if handler is None:
+                raise ProtocolError(METHOD_NOT_FOUND, f"method {method!r} is not supported", error_code="NOT_FOUND")
+            result = await handler(params, env, version)
+        except ProtocolError as exc:
+            return _error(msg_id, exc)
+        if version in MODERN_VERSIONS:
+            result["resultType"] = "complete"
+        return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+
+    def _era(self, method: str, params: dict[str, Any], env: Envelope) -> str:
+        """The protocol version this request speaks, after the modern header checks."""
+        meta = params.get("_meta")
+        meta_version = meta.get(META_VERSION_KEY) if isinstance(meta, dict) else None
+        if method == "initialize" or meta_version is None:
+            return env.header_version or DEFAULT_HEADER_VERSION
+        if not isinstance(meta_version, str):
+            raise ProtocolError(INVALID_PARAMS, "the protocol-version envelope value must be a string")
+        header_version = env.headers.get("mcp-protocol-version")
+        if header_version is not None and header_version != meta_version:
+            raise ProtocolError(HEADER_MISMATCH, "MCP-Protocol-Version header does not match _meta protocolVersion")
+        if "mcp-method" in env.headers and env.headers["mcp-method"] != method:
+            raise ProtocolError(HEADER_MISMATCH, "Mcp-Method header does not match the request body's method")
+        name_key = NAME_BEARING.get(method)
+        if (
+            name_key
+            and "mcp-name" in env.headers
+            and params.get(name_key) is not None
+            and _b64_header(env.headers["mcp-name"]) != params.get(name_key)
+        ):
+            raise ProtocolError(HEADER_MISMATCH, f"Mcp-Name header does not match the request body's {name_key!r}")
+        if meta_version not in ALL_VERSIONS:
+            raise ProtocolError(
+                UNSUPPORTED_PROTOCOL_VERSION,
+                f"protocol version {meta_version!r} is not supported",
+                data={"supported": list(ALL_VERSIONS), "requested": meta_version},
+            )
+        return meta_version
+
+    # -- methods ---------------------------------------------------------------------------
+    def _capabilities(self) -> dict[str, Any]:
+        return {"tools": {"listChanged": False}, "prompts": {"listChanged": False}, "resources": {"listChanged": False}}
+
+    def _server_info(self, env: Envelope) -> dict[str, Any]:
+        return {"name": f"mcp-gateway/{env.endpoint.name}", "title": f"MCP Gateway: {env.endpoint.name}", "version": __version__}
+
+    async def _initialize(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
+        requested = params.get("protocolVersion")
+        negotiated = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[-1]
+        result = {"protocolVersion": negotiated, "capabilities": self._capabilities(), "serverInfo": self._server_info(env)}
+        if env.endpoint.handler.instructions:
+            result["instructions"] = env.endpoint.handler.instructions
+        return result
+
+    async def _discover(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
+        result = {
+            "supportedVersions": list(ALL_VERSIONS),
+            "capabilities": self._capabilities(),
+            "serverInfo": self._server_info(env),
+            "ttlMs": LIST_TTL_MS,
+            "cacheScope": "private",
+        }
+        if env.endpoint.handler.instructions:
+            result["instructions"] = env.endpoint.handler.instructions
+        return result
+
+    async def _ping(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
+        return {}
+
+    def _empty(self, key: str) -> Callable[[dict[str, Any], Envelope, str], Awaitable[dict[str, Any]]]:
+        async def empty(params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
+            result: dict[str, Any] = {key: []}
+            if version in MODERN_VERSIONS:
+                result.update(ttlMs=LIST_TTL_MS, cacheScope="private")
+            return result
+
+        return empty
+
+    async def _tools_list(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
+        runtime = self.services.runtime
+        tools = env.endpoint.handler.get_tool_list(style=runtime.var("mcp-tool_name_style"))
+        page_size = runtime.var("mcp-tools_page_size")
+        start = _decode_cursor(params.get("cursor"))
+        if start > len(tools):
+            raise ProtocolError(INVALID_PARAMS, "invalid cursor")
+        result: dict[str, Any] = {"tools": tools[start : start + page_size]}
+        if start + page_size < len(tools):
+            result["nextCursor"] = _encode_cursor(start + page_size)
+        if version in MODERN_VERSIONS:
+            result.update(ttlMs=LIST_TTL_MS, cacheScope="private")
+        return result
+
+    async def _tools_describe(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
+        name = params.get("name")
+        style = self.services.runtime.var("mcp-tool_name_style")
+        description = env.endpoint.handler.get_tool_description(name, style=style) if isinstance(name, str) else None
+        if description is None:
+            raise ProtocolError(INVALID_PARAMS, f"unknown tool {name!r}", error_code="NOT_FOUND")
+        return {"tool": description}
+
+    async def _tools_call(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
+        name = params.get("name")
+        arguments = params.get("arguments") or {}
+        handler = env.endpoint.handler
+        spec = handler.find_tool(name) if isinstance(name, str) else None
+        if spec is None:
+            raise ProtocolError(INVALID_PARAMS, f"unknown tool {name!r} on /mcp/{env.endpoint.name}", error_code="NOT_FOUND")
+        if not isinstance(arguments, dict):
+            raise ProtocolError(INVALID_PARAMS, "arguments must be an object")
+        started = time.perf_counter()
+        if env.endpoint.down_reason:
+            result = error_result(Unavailable(f"/mcp/{env.endpoint.name} is unavailable: {env.endpoint.down_reason}"))
+        else:
+            runtime = self.services.runtime
+            ctx = CallContext(
+                endpoint=env.endpoint.name,
+                tool_name=spec.name,
+                runtime=runtime,
+                deadline=time.monotonic() + runtime.var("mcp-timeout_ms") / 1000,
+                protocol_version=version,
+                client=env.client,
+            )
+            result = await handler.execute_tool(spec, arguments, ctx)
+        outcome = result["structuredContent"]["error"]["code"] if result["isError"] else "ok"
+        self.observe_tool(env.endpoint.name, spec.name, time.perf_counter() - started, outcome, version)
+        return result
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def _error(msg_id: Any, exc: ProtocolError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "error": exc.to_error()}
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode()
+
+
+def _decode_cursor(cursor: Any) -> int:
+    if cursor is None:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(str(cursor).encode()).decode()
+        if not text.startswith("o:"):
+            raise ValueError
+        offset = int(text[2:])
+        if offset < 0:
+            raise ValueError
+        return offset
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ProtocolError(INVALID_PARAMS, "invalid cursor") from None

@@ -1,0 +1,112 @@
+"""What happens once, in the parent process, before any worker serves.
+
+1. create the data directory (0700) and the admin tables
+2. seed the disk layer from the bootstrap file (first start, or --reload-config)
+3. disk -> memory for every module (what ProxySQL does at start)
+4. environment overrides (MCP_GATEWAY_<VARIABLE>) -> memory
+5. first start only: generate a token for every endpoint that has none (saved to disk)
+6. memory -> runtime for every module, validated; an invalid configuration stops the start
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway import sqlite
+from gateway.errors import ConfigError
+from gateway.store import ConfigStore
+from gateway.variables import ENDPOINTS, Variable, all_variables
+
+
+def handler_classes() -> list[type]:
+    from handlers import HANDLER_CLASSES
+
+    return list(HANDLER_CLASSES)
+
+
+def declared_variables() -> dict[str, Variable]:
+    return all_variables(v for cls in handler_classes() for v in cls.variables)
+
+
+def open_store(data_dir: Path) -> ConfigStore:
+    modules = [m for cls in handler_classes() for m in cls.config_modules]
+    return ConfigStore(Path(data_dir), variables=declared_variables(), modules=modules)
+
+
+def env_name(variable: str) -> str:
+    return "MCP_GATEWAY_" + variable.upper().replace("-", "_").replace(".", "_")
+
+
+@dataclass
+class Prepared:
+    store: ConfigStore
+    fresh: bool
+    generated_tokens: dict[str, str] = field(default_factory=dict)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def seed_disk(store: ConfigStore, bootstrap: Mapping[str, Any]) -> None:
+    """Write the bootstrap file's tables into the disk layer (replacing those tables)."""
+    known_tables = {t for m in store.modules.values() for t in m.tables}
+    conn = store.conn()
+    with sqlite.transaction(conn):
+        for key, value in bootstrap.items():
+            if key == "variables":
+                for name, raw in value.items():
+                    decl = store.variables.get(name)
+                    if decl is None:
+                        raise ConfigError(f"bootstrap file: unknown variable {name!r}")
+                    decl.parse(_toml_value(raw))
+                    conn.execute("INSERT OR REPLACE INTO disk.global_variables VALUES (?, ?)", (name, _toml_value(raw)))
+            elif key in known_tables:
+                if not isinstance(value, list):
+                    raise ConfigError(f"bootstrap file: [[{key}]] must be an array of tables")
+                conn.execute(f"DELETE FROM disk.{key}")
+                for row in value:
+                    cols = list(row)
+                    conn.execute(
+                        f"INSERT INTO disk.{key} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                        [_toml_value(row[c]) if isinstance(row[c], (bool, list)) else row[c] for c in cols],
+                    )
+            else:
+                raise ConfigError(f"bootstrap file: unknown section {key!r}; known: variables, {', '.join(sorted(known_tables))}")
+
+
+def prepare(
+    data_dir: Path, *, config_file: Path | None = None, reload_config: bool = False, environ: Mapping[str, str] = os.environ
+) -> Prepared:
+    store = open_store(data_dir)
+    fresh = store.initialize()
+    if config_file is not None and (fresh or reload_config):
+        with open(config_file, "rb") as fh:
+            seed_disk(store, tomllib.load(fh))
+    for module in store.modules:
+        store.load_from_disk(module)
+    for name in store.variables:
+        if env_name(name) in environ:
+            store.set_variable(name, environ[env_name(name)])
+    generated: dict[str, str] = {}
+    if fresh:
+        memory = store.memory_variables()
+        for endpoint in ENDPOINTS:
+            name = f"mcp-{endpoint}_endpoint_auth"
+            if not memory.get(name):
+                generated[endpoint] = secrets.token_urlsafe(32)
+                store.set_variable(name, generated[endpoint])
+                store.set_variable(name, generated[endpoint], layer="disk")
+    for module in store.modules:
+        store.load_to_runtime(module)
+    return Prepared(store=store, fresh=fresh, generated_tokens=generated)

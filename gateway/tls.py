@@ -1,0 +1,95 @@
+"""TLS material: a self-signed certificate generated on first start, or the operator's own
+(`mcp-ssl_cert`/`mcp-ssl_key`); and re-reading the files into the live SSL context on reload.
+
+uvicorn builds each worker's `ssl.SSLContext` inside `Config.load()`, in the worker process,
+and offers no handle on it. `ReloadableTLSConfig` keeps that context in `ACTIVE_CONTEXTS`
+(one per worker process) so a reload can call `load_cert_chain` on it: new handshakes use the
+new certificate, open connections keep theirs, no restart.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+import os
+import socket
+import ssl
+from pathlib import Path
+
+import uvicorn
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+log = logging.getLogger("mcp_gateway.tls")
+ACTIVE_CONTEXTS: list[ssl.SSLContext] = []
+
+
+def self_signed_paths(data_dir: Path) -> tuple[Path, Path]:
+    return data_dir / "tls" / "cert.pem", data_dir / "tls" / "key.pem"
+
+
+def ensure_self_signed(data_dir: Path) -> tuple[Path, Path]:
+    """Generate a self-signed ECDSA certificate for localhost unless one exists."""
+    cert_path, key_path = self_signed_paths(data_dir)
+    if cert_path.exists() and key_path.exists():
+        return cert_path, key_path
+    cert_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = ec.generate_private_key(ec.SECP256R1())
+    hostname = socket.gethostname()
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, "MCP Gateway self-signed"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "MCP Gateway"),
+        ]
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    alt_names = [
+        x509.DNSName("localhost"),
+        x509.DNSName(hostname),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("::1")),
+    ]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=825))
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_bytes = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key_bytes)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def resolve_material(data_dir: Path, cert: str, key: str) -> tuple[Path, Path]:
+    """The configured pair, or the generated self-signed one when none is configured."""
+    if cert or key:
+        if not (cert and key):
+            raise ValueError("mcp-ssl_cert and mcp-ssl_key must be set together")
+        return Path(cert), Path(key)
+    return ensure_self_signed(data_dir)
+
+
+def reload_contexts(cert: Path, key: Path) -> int:
+    """Re-read the certificate files into every live context of this process."""
+    for context in ACTIVE_CONTEXTS:
+        context.load_cert_chain(str(cert), str(key))
+    return len(ACTIVE_CONTEXTS)
+
+
+class ReloadableTLSConfig(uvicorn.Config):
+    def load(self) -> None:
+        super().load()
+        if self.ssl is not None:
+            ACTIVE_CONTEXTS.append(self.ssl)

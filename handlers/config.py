@@ -1,0 +1,202 @@
+"""/mcp/config: read and change runtime variables, reload layers, report server status."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gateway import __version__
+from gateway.errors import NotFound
+from gateway.variables import ENDPOINTS
+from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+
+
+class GetConfigIn(ToolInput):
+    variable_name: str = Field(description="Variable name, e.g. mcp-timeout_ms.")
+
+
+class VariableView(ToolOutput):
+    variable_name: str
+    value: str = Field(description="The runtime value (masked for secrets).")
+    memory_value: str | None = Field(description="The value in the memory layer, if it differs from the default.")
+    type: str
+    default: str
+    description: str
+    secret: bool
+    restart_required: bool
+
+
+class SetConfigIn(ToolInput):
+    variable_name: str
+    value: str = Field(description="New value as text; validated against the variable's type.")
+    save: bool = Field(default=False, description="Also SAVE MCP VARIABLES TO DISK so the value survives a restart.")
+
+
+class SetConfigOut(ToolOutput):
+    variable_name: str
+    value: str
+    applied: bool = Field(description="True: the runtime serves the new value (unless restart_required).")
+    saved: bool = Field(description="True: written to disk as well.")
+    restart_required: bool
+    runtime_version: int
+
+
+class ListVariablesIn(ToolInput):
+    filter: str = Field(default="", description="Substring or glob (mcp-*_auth) on variable names; empty lists all.")
+
+
+class ListVariablesOut(ToolOutput):
+    variables: list[VariableView]
+
+
+class ReloadIn(ToolInput):
+    scope: Literal["disk", "memory", "runtime"] = Field(
+        description="disk: disk -> memory -> runtime for every module; memory: memory -> runtime; runtime: re-apply the runtime (re-reads TLS files)."
+    )
+
+
+class ReloadOut(ToolOutput):
+    scope: str
+    modules: list[str]
+    runtime_version: int
+
+
+class StatusIn(ToolInput):
+    pass
+
+
+class EndpointStatus(ToolOutput):
+    endpoint: str
+    has_token: bool
+    up: bool
+    tools: int
+
+
+class StatusOut(ToolOutput):
+    version: str
+    uptime_s: float
+    port: int
+    workers: int
+    use_ssl: bool
+    runtime_version: int
+    endpoints: list[EndpointStatus]
+    requests_total: float
+    failures_total: float
+    active_requests: float
+
+
+class ConfigHandler(ToolHandler):
+    endpoint = "config"
+    title = "Gateway configuration"
+    instructions = (
+        "Read and change MCP Gateway runtime variables. set_config applies at once; pass save=true to keep it across restarts."
+    )
+
+    def _view(self, ctx: CallContext, name: str, memory: dict[str, str]) -> VariableView:
+        decl = ctx.runtime.declarations.get(name)
+        if decl is None:
+            raise NotFound(f"unknown variable {name!r}; list_variables shows them all")
+        runtime_raw = self._runtime_raw(ctx, name)
+        return VariableView(
+            variable_name=name,
+            value=decl.display(runtime_raw),
+            memory_value=decl.display(memory[name]) if name in memory else None,
+            type=decl.kind,
+            default=decl.display(decl.default),
+            description=decl.help,
+            secret=decl.secret,
+            restart_required=decl.restart_required,
+        )
+
+    @staticmethod
+    def _runtime_raw(ctx: CallContext, name: str) -> str:
+        value: Any = ctx.runtime.var(name)
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, tuple):
+            return ",".join(value)
+        return str(value)
+
+    @tool("get_config", title="Get a variable", read_only=True)
+    def get_config(self, args: GetConfigIn, ctx: CallContext) -> VariableView:
+        """Return one runtime variable: its value (secrets masked), the pending memory value, type, default and help."""
+        return self._view(ctx, args.variable_name, self.services.store.memory_variables())
+
+    @tool("set_config", title="Set a variable", read_only=False, idempotent=True)
+    def set_config(self, args: SetConfigIn, ctx: CallContext) -> SetConfigOut:
+        """Set a variable in memory and load MCP VARIABLES to runtime (all workers within a second).
+
+        With save=true it is also saved to disk. Invalid values are refused and nothing changes."""
+        store = self.services.store
+        decl = ctx.runtime.declarations.get(args.variable_name)
+        if decl is None:
+            raise NotFound(f"unknown variable {args.variable_name!r}")
+        store.set_variable(args.variable_name, args.value)
+        version = store.load_to_runtime("MCP VARIABLES")
+        if args.save:
+            store.save_to_disk("MCP VARIABLES")
+        return SetConfigOut(
+            variable_name=args.variable_name,
+            value=decl.display(args.value),
+            applied=not decl.restart_required,
+            saved=args.save,
+            restart_required=decl.restart_required,
+            runtime_version=version,
+        )
+
+    @tool("list_variables", title="List variables", read_only=True)
+    def list_variables(self, args: ListVariablesIn, ctx: CallContext) -> ListVariablesOut:
+        """List variables whose name matches the filter (substring or glob), with runtime values (secrets masked)."""
+        memory = self.services.store.memory_variables()
+        pattern = args.filter
+        names = [
+            n
+            for n in ctx.runtime.declarations
+            if not pattern or (fnmatch.fnmatch(n, pattern) if any(c in pattern for c in "*?[") else pattern in n)
+        ]
+        return ListVariablesOut(variables=[self._view(ctx, n, memory) for n in names])
+
+    @tool("reload_config", title="Reload configuration", read_only=False, idempotent=True)
+    def reload_config(self, args: ReloadIn, ctx: CallContext) -> ReloadOut:
+        """Reload configuration layers for every module (variables, profiles, rules, sources) and apply them to runtime."""
+        store = self.services.store
+        modules = list(store.modules)
+        if args.scope == "disk":
+            for module in modules:
+                store.load_from_disk(module)
+        if args.scope in ("disk", "memory"):
+            for module in modules:
+                version = store.load_to_runtime(module)
+        else:
+            version = store.load_to_runtime("MCP VARIABLES")  # same content, new version: workers re-apply it
+        return ReloadOut(scope=args.scope, modules=modules, runtime_version=version)
+
+    @tool("get_status", title="Server status", read_only=True)
+    def get_status(self, args: StatusIn, ctx: CallContext) -> StatusOut:
+        """Version, uptime, port, workers, endpoints (token configured? handler up?), request and failure totals across workers."""
+        services = self.services
+        totals = services.metrics.totals()
+        endpoints = [
+            EndpointStatus(
+                endpoint=name,
+                has_token=bool(ctx.runtime.var(f"mcp-{name}_endpoint_auth")),
+                up=name in services.handlers and not getattr(services.handlers[name], "down_reason", ""),
+                tools=len(services.handlers[name].tools) if name in services.handlers else 0,
+            )
+            for name in ENDPOINTS
+        ]
+        return StatusOut(
+            version=__version__,
+            uptime_s=round(time.time() - services.started_at, 3),
+            port=services.port,
+            workers=services.workers,
+            use_ssl=ctx.runtime.var("mcp-use_ssl"),
+            runtime_version=ctx.runtime.version,
+            endpoints=endpoints,
+            requests_total=totals["requests_total"],
+            failures_total=totals["failures_total"],
+            active_requests=totals["inflight"],
+        )
