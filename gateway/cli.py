@@ -117,7 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _start_background_jobs(data_dir, prepared, args)
     try:
         if args.workers > 1:
-            Multiprocess(config, target=uvicorn.Server(config).run, sockets=[sock]).run()
+            Multiprocess(config, sockets=[sock]).run()
         else:
             uvicorn.Server(config).run(sockets=[sock])
     finally:
