@@ -82,13 +82,15 @@ def schema_section(name: str) -> str:
 
 
 def iter_statements(sql: str) -> Iterator[str]:
-    """Split a script into complete statements (apsw.complete knows about triggers)."""
-    buffer = ""
-    for line in sql.splitlines(keepends=True):
-        buffer += line
-        if apsw.complete(buffer):
-            if buffer.strip():
-                yield buffer.strip()
-            buffer = ""
-    if buffer.strip():
-        yield buffer.strip()
+    """Split a script into complete statements. apsw.complete knows quotes, comments and
+    trigger bodies, so a ';' only ends a statement where SQLite itself would end it."""
+    start = 0
+    for index, char in enumerate(sql):
+        if char == ";" and apsw.complete(sql[start : index + 1]):
+            statement = sql[start : index + 1].strip()
+            if statement.strip(";").strip():
+                yield statement
+            start = index + 1
+    rest = sql[start:].strip()
+    if rest:
+        yield rest

@@ -106,7 +106,14 @@ class ConfigStore:
             os.chmod(path, 0o600)
         conn = self.conn()
         conn.execute("INSERT OR IGNORE INTO runtime_state(id, version, loaded_at) VALUES (1, 0, 0)")
+        self._fill_variable_defaults()
         return fresh
+
+    def _fill_variable_defaults(self) -> None:
+        """Memory lists every declared variable, as ProxySQL's does, so admins can UPDATE any."""
+        conn = self.conn()
+        for name, decl in self.variables.items():
+            conn.execute("INSERT OR IGNORE INTO main.global_variables VALUES (?, ?)", (name, decl.default))
 
     def module(self, name: str) -> ConfigModule:
         key = " ".join(name.upper().split())
@@ -156,6 +163,8 @@ class ConfigStore:
     def load_from_disk(self, name: str) -> None:
         module = self.module(name)
         self._copy(module, "disk", "main")
+        if module is VARIABLES_MODULE:
+            self._fill_variable_defaults()
 
     def save_to_disk(self, name: str) -> None:
         module = self.module(name)
