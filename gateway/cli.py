@@ -165,6 +165,19 @@ def cmd_variables(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tools(args: argparse.Namespace) -> int:
+    from gateway.startup import handler_classes
+
+    print("| endpoint | tool | read-only | description |\n|---|---|---|---|")
+    for cls in handler_classes():
+        if not cls.tools:
+            print(f"| `/mcp/{cls.endpoint}` | (none yet) | | {cls.title} |")
+        for spec in cls.tools.values():
+            summary = spec.description.split("\n")[0]
+            print(f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |")
+    return 0
+
+
 def cmd_rag_sync(args: argparse.Namespace) -> int:
     from handlers.rag.ingest.cli import run_sync
 
@@ -196,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     variables = sub.add_parser("variables", help="list the declared variables")
     variables.add_argument("--markdown", action="store_true")
     variables.set_defaults(func=cmd_variables)
+
+    tools = sub.add_parser("tools", help="list every endpoint's tools as a Markdown table")
+    tools.set_defaults(func=cmd_tools)
 
     rag = sub.add_parser("rag", help="RAG index jobs")
     rag_sub = rag.add_subparsers(dest="rag_command", required=True)

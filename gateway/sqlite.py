@@ -15,7 +15,6 @@ from typing import Any
 import apsw
 
 BUSY_TIMEOUT_MS = 10_000
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.sql"
 
 
 def connect(path: str | Path, *, readonly: bool = False, vec: bool = False) -> apsw.Connection:
@@ -73,7 +72,8 @@ _SECTION = re.compile(r"^-- @section (\w+)\s*$", re.MULTILINE)
 
 def schema_section(name: str) -> str:
     """The DDL between `-- @section <name>` and the next section marker in schema.sql."""
-    text = SCHEMA_FILE.read_text() if SCHEMA_FILE.exists() else resources.files("gateway").joinpath("schema.sql").read_text()
+    # gateway/schema.sql is a link to the top-level schema.sql; wheels carry it as a file.
+    text = resources.files("gateway").joinpath("schema.sql").read_text()
     parts = _SECTION.split(text)
     sections = dict(zip(parts[1::2], parts[2::2]))
     if name not in sections:

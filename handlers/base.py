@@ -242,7 +242,9 @@ class ToolHandler:
                 else:
                     if self._limiter is None:
                         self._limiter = anyio.CapacityLimiter(self.thread_limit)
-                    output = await anyio.to_thread.run_sync(spec.func, self, args, ctx, limiter=self._limiter)
+                    # abandon_on_cancel: the caller gets its answer at the deadline; the thread runs on
+                    # (holding its limiter slot) and long tools call ctx.check_deadline() to stop early.
+                    output = await anyio.to_thread.run_sync(spec.func, self, args, ctx, limiter=self._limiter, abandon_on_cancel=True)
         except TimeoutError:
             return error_result(DeadlineExceeded(f"{spec.name} did not finish within its deadline"))
         except GatewayError as exc:
