@@ -111,9 +111,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if runtime.var("mcp-metrics_port"):
         from prometheus_client import start_http_server
 
-        from gateway.metrics import Metrics
+        from gateway.metrics import multiprocess_registry
 
-        start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=Metrics().collecting_registry())
+        start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=multiprocess_registry())
     _start_background_jobs(data_dir, prepared, args)
     try:
         if args.workers > 1:
@@ -174,7 +174,9 @@ def cmd_tools(args: argparse.Namespace) -> int:
             print(f"| `/mcp/{cls.endpoint}` | (none yet) | | {cls.title} |")
         for spec in cls.tools.values():
             summary = spec.description.split("\n")[0]
-            print(f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |")
+            print(
+                f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |"
+            )
     return 0
 
 

@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIZE_BUCKETS = (128, 512, 2048, 8192, 32768, 131072, 524288, 2097152, 8388608)
@@ -26,6 +26,36 @@ MAX_CLIENT_LABELS = 256  # per worker; later clients are counted under "other"
 
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def reap_dead_workers() -> None:
+    """Drop live-gauge files of workers that are gone (uvicorn replaces a worker that misses
+    its health ping); counters and histograms keep their samples, as they should."""
+    directory = multiprocess_dir()
+    if directory is None:
+        return
+    pids = {name.rsplit("_", 1)[-1].removesuffix(".db") for name in os.listdir(directory) if "_live" in name}
+    for pid in pids:
+        if pid.isdigit() and not _alive(int(pid)):
+            mark_process_dead(int(pid), directory)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def multiprocess_registry() -> CollectorRegistry:
+    """Reads every worker's files; creates no metrics of its own (safe in the parent process)."""
+    reap_dead_workers()
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=multiprocess_dir())
+    return registry
 
 
 class Metrics:
@@ -113,12 +143,8 @@ class Metrics:
 
     def collecting_registry(self) -> CollectorRegistry:
         """The registry whose collection covers every worker."""
-        directory = multiprocess_dir()
-        if directory is None:
-            return self.registry
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=directory)
-        return registry
+        reap_dead_workers()
+        return multiprocess_registry() if multiprocess_dir() else self.registry
 
     def exposition(self) -> bytes:
         return generate_latest(self.collecting_registry())

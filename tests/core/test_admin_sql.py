@@ -81,7 +81,9 @@ def test_edit_through_masked_view_then_load_and_save(admin):
     admin.execute("SAVE MCP VARIABLES TO DISK")
     assert admin.store.disk_variables()["mcp-timeout_ms"] == "4000"
     # a secret edited through the masked view is stored for real, never shown
-    admin.execute("UPDATE global_variables SET variable_value = 'rotated-token-0123456789' WHERE variable_name = 'mcp-config_endpoint_auth'")
+    admin.execute(
+        "UPDATE global_variables SET variable_value = 'rotated-token-0123456789' WHERE variable_name = 'mcp-config_endpoint_auth'"
+    )
     assert admin.store.memory_variables()["mcp-config_endpoint_auth"] == "rotated-token-0123456789"
 
 

@@ -58,7 +58,13 @@ def test_schemas_and_annotations_come_from_the_declaration():
     echo = listed["sample.echo"]
     assert echo["inputSchema"]["required"] == ["text"] and echo["inputSchema"]["additionalProperties"] is False
     assert echo["outputSchema"]["properties"]["text"]["type"] == "string"
-    assert echo["annotations"] == {"title": "Echo", "readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+    assert echo["annotations"] == {
+        "title": "Echo",
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    }
     assert listed["sample.async_echo"]["annotations"]["destructiveHint"] is True
     assert echo["description"].startswith("Echo the text back")
     portable = [t["name"] for t in SampleHandler(services=None).get_tool_list(style="portable")]  # type: ignore[arg-type]

@@ -26,7 +26,9 @@ def _fresh_get(gw, endpoint: str, name: str, arguments: dict) -> dict:
 def test_runtime_change_reaches_every_worker_within_a_second_and_metrics_add_up():
     with start_gateway(workers=2) as gw:
         with gw.client() as client:
-            out = call_tool(client, gw, "config", "set_config", {"variable_name": "mcp-timeout_ms", "value": "4321"})["structuredContent"]
+            out = call_tool(client, gw, "config", "set_config", {"variable_name": "mcp-timeout_ms", "value": "4321"})[
+                "structuredContent"
+            ]
         assert out["applied"] is True and out["saved"] is False
         time.sleep(1.0)
         seen = {_fresh_get(gw, "config", "get_config", {"variable_name": "mcp-timeout_ms"})["value"] for _ in range(12)}
@@ -71,6 +73,17 @@ def test_metrics_pass_promtool_and_can_require_a_token():
         assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_metrics_also_served_on_a_plain_port():
+    from server_process import free_port
+
+    port = free_port()
+    with start_gateway(workers=2, variables={"mcp-metrics_port": port}) as gw, gw.client() as client:
+        call_tool(client, gw, "config", "get_config", {"variable_name": "mcp-port"})
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "mcp_gateway_workers 2.0" in text  # the supervisor itself is not counted
+        assert 'tool="get_config"' in text
+
+
 def _peer_fingerprint(port: int, ca: str) -> str:
     context = ssl.create_default_context(cafile=ca)
     context.check_hostname = False
@@ -93,8 +106,15 @@ def test_certificate_files_are_reread_on_reload_without_restart(tmp_path):
         shutil.copy(cert_b, live_cert)
         shutil.copy(key_b, live_key)
         with httpx.Client(verify=ssl.create_default_context(cafile=str(cert_a)), timeout=10) as client:
-            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "reload_config", "arguments": {"scope": "runtime"}}}
-            answer = client.post(f"{gw.base_url.replace('127.0.0.1', 'localhost')}/mcp/config", json=body, headers=gw.auth("config"))
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "reload_config", "arguments": {"scope": "runtime"}},
+            }
+            answer = client.post(
+                f"{gw.base_url.replace('127.0.0.1', 'localhost')}/mcp/config", json=body, headers=gw.auth("config")
+            )
             assert answer.json()["result"]["isError"] is False
         time.sleep(1.0)
         assert {_peer_fingerprint(port, str(cert_b)) for _ in range(6)} == {fp_b}

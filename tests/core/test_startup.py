@@ -56,7 +56,7 @@ def test_environment_overrides_the_disk_layer(tmp_path):
     [
         ('[variables]\n"mcp-nope" = 1\n', "mcp-nope"),
         ('[variables]\n"mcp-port" = "eighty"\n', "mcp-port"),
-        ('[nonsense]\nx = 1\n', "nonsense"),
+        ("[nonsense]\nx = 1\n", "nonsense"),
     ],
 )
 def test_bad_bootstrap_file_stops_the_start_with_a_clear_error(tmp_path, text, message):
