@@ -3,7 +3,7 @@
 mcp-gateway serve [--config FILE] [--data-dir DIR] [--workers N] [--port P] [--host H]
 mcp-gateway admin "<statement>" [--data-dir DIR]
 mcp-gateway rag sync [--source NAME] [--data-dir DIR]
-mcp-gateway variables [--markdown]
+mcp-gateway variables | tools | docs
 """
 
 from __future__ import annotations
@@ -148,35 +148,55 @@ def cmd_admin(args: argparse.Namespace) -> int:
     return 0 if not result.get("error") else 1
 
 
-def cmd_variables(args: argparse.Namespace) -> int:
+def variables_table() -> str:
     from gateway.startup import declared_variables
 
-    variables = declared_variables()
-    if args.markdown:
-        print("| variable | type | default | description |\n|---|---|---|---|")
-        for v in variables.values():
-            kind = v.kind if v.kind != "enum" else " \\| ".join(v.choices)
-            extra = " (secret)" if v.secret else ""
-            extra += " (restart)" if v.restart_required else ""
-            print(f"| `{v.name}` | {kind} | `{v.default}` | {v.help}{extra} |")
-    else:
-        for v in variables.values():
-            print(f"{v.name} = {v.default!r}  # {v.help}")
+    lines = ["| variable | type | default | description |", "|---|---|---|---|"]
+    for v in declared_variables().values():
+        kind = v.kind if v.kind != "enum" else " \\| ".join(v.choices)
+        notes = (" (secret)" if v.secret else "") + (" (takes effect at restart)" if v.restart_required else "")
+        lines.append(f"| `{v.name}` | {kind} | `{v.default}` | {v.help}{notes} |")
+    return "\n".join(lines)
+
+
+def tools_table() -> str:
+    from gateway.startup import handler_classes
+
+    lines = ["| endpoint | tool | read-only | what it does |", "|---|---|---|---|"]
+    for cls in handler_classes():
+        if not cls.tools:
+            lines.append(f"| `/mcp/{cls.endpoint}` | (none yet) | | {cls.title} |")
+        for spec in cls.tools.values():
+            summary = spec.description.split("\n")[0]
+            lines.append(
+                f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |"
+            )
+    return "\n".join(lines)
+
+
+def render_readme(text: str) -> str:
+    """The README with its generated sections (tools, variables) brought up to date."""
+    for name, table in (("tools", tools_table()), ("variables", variables_table())):
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
+        text = f"{head}{begin}\n{table}\n{end}{tail}"
+    return text
+
+
+def cmd_variables(args: argparse.Namespace) -> int:
+    print(variables_table())
     return 0
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    from gateway.startup import handler_classes
+    print(tools_table())
+    return 0
 
-    print("| endpoint | tool | read-only | description |\n|---|---|---|---|")
-    for cls in handler_classes():
-        if not cls.tools:
-            print(f"| `/mcp/{cls.endpoint}` | (none yet) | | {cls.title} |")
-        for spec in cls.tools.values():
-            summary = spec.description.split("\n")[0]
-            print(
-                f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |"
-            )
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    path = Path(args.readme)
+    path.write_text(render_readme(path.read_text()))
     return 0
 
 
@@ -208,9 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     admin.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     admin.set_defaults(func=cmd_admin)
 
-    variables = sub.add_parser("variables", help="list the declared variables")
-    variables.add_argument("--markdown", action="store_true")
+    variables = sub.add_parser("variables", help="the declared variables as a Markdown table")
     variables.set_defaults(func=cmd_variables)
+
+    docs = sub.add_parser("docs", help="regenerate the README's tool and variable tables")
+    docs.add_argument("--readme", default="README.md")
+    docs.set_defaults(func=cmd_docs)
 
     tools = sub.add_parser("tools", help="list every endpoint's tools as a Markdown table")
     tools.set_defaults(func=cmd_tools)
