@@ -22,6 +22,61 @@ CREATE TABLE IF NOT EXISTS runtime_state (
     loaded_at REAL NOT NULL
 );
 
+-- MCP PROFILES (gateway/targets.py): credentials and routable targets of /mcp/query.
+-- db_password holds the secret itself, or a reference resolved when pools are built:
+-- 'env:NAME' (an environment variable) or 'file:/path' (first line of a file).
+CREATE TABLE IF NOT EXISTS mcp_auth_profiles (
+    auth_profile_id TEXT PRIMARY KEY NOT NULL,
+    db_username     TEXT NOT NULL DEFAULT '',
+    db_password     TEXT NOT NULL DEFAULT '',
+    default_schema  TEXT NOT NULL DEFAULT '',
+    use_ssl         INTEGER NOT NULL DEFAULT 0,
+    ssl_mode        TEXT NOT NULL DEFAULT '',  -- disable|prefer|require|verify-ca|verify-full
+    comment         TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS runtime_mcp_auth_profiles (
+    auth_profile_id TEXT PRIMARY KEY NOT NULL,
+    db_username     TEXT NOT NULL DEFAULT '',
+    db_password     TEXT NOT NULL DEFAULT '',  -- as stored (a reference stays a reference)
+    default_schema  TEXT NOT NULL DEFAULT '',
+    use_ssl         INTEGER NOT NULL DEFAULT 0,
+    ssl_mode        TEXT NOT NULL DEFAULT '',
+    comment         TEXT NOT NULL DEFAULT ''
+);
+-- protocol is not CHECKed here on purpose: a bad one loads as effective=0 with a skip_reason.
+CREATE TABLE IF NOT EXISTS mcp_target_profiles (
+    target_id       TEXT PRIMARY KEY NOT NULL,
+    protocol        TEXT NOT NULL,             -- mysql|pgsql|sqlite
+    host            TEXT NOT NULL DEFAULT '',
+    port            INTEGER NOT NULL DEFAULT 0, -- 0: the protocol's default port
+    database        TEXT NOT NULL DEFAULT '',  -- database name, or the file path for sqlite
+    auth_profile_id TEXT NOT NULL DEFAULT '',  -- may be empty for sqlite
+    description     TEXT NOT NULL DEFAULT '',
+    max_rows        INTEGER NOT NULL DEFAULT 200,
+    timeout_ms      INTEGER NOT NULL DEFAULT 2000,
+    allow_explain   INTEGER NOT NULL DEFAULT 1,
+    allow_discovery INTEGER NOT NULL DEFAULT 1,
+    active          INTEGER NOT NULL DEFAULT 1,
+    comment         TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS runtime_mcp_target_profiles (
+    target_id       TEXT PRIMARY KEY NOT NULL,
+    protocol        TEXT NOT NULL,
+    host            TEXT NOT NULL DEFAULT '',
+    port            INTEGER NOT NULL DEFAULT 0,
+    database        TEXT NOT NULL DEFAULT '',
+    auth_profile_id TEXT NOT NULL DEFAULT '',
+    description     TEXT NOT NULL DEFAULT '',
+    max_rows        INTEGER NOT NULL DEFAULT 200,
+    timeout_ms      INTEGER NOT NULL DEFAULT 2000,
+    allow_explain   INTEGER NOT NULL DEFAULT 1,
+    allow_discovery INTEGER NOT NULL DEFAULT 1,
+    active          INTEGER NOT NULL DEFAULT 1,
+    comment         TEXT NOT NULL DEFAULT '',
+    effective       INTEGER NOT NULL DEFAULT 0, -- 1: serving; 0: see skip_reason
+    skip_reason     TEXT NOT NULL DEFAULT ''
+);
+
 -- Per-tool usage, aggregated across workers (each worker flushes its deltas every second).
 CREATE TABLE IF NOT EXISTS stats_mcp_query_tools_counters (
     endpoint   TEXT NOT NULL,
@@ -53,4 +108,265 @@ CREATE TABLE IF NOT EXISTS stats_mcp_query_digest (
     PRIMARY KEY (tool_name, target_id, digest)
 );
 
+-- MCP QUERY RULES (handlers/query/rules.py): ProxySQL's 18 columns; NULL/'' filters match anything.
+CREATE TABLE IF NOT EXISTS mcp_query_rules (
+    rule_id              INTEGER PRIMARY KEY NOT NULL,
+    active               INTEGER NOT NULL DEFAULT 0,
+    username             TEXT,     -- db_username of the resolved auth profile
+    target_id            TEXT,
+    schemaname           TEXT,
+    tool_name            TEXT,     -- run_sql_readonly, explain_sql, sample_rows, sample_distinct
+    match_pattern        TEXT,     -- Python regular expression searched in the SQL
+    negate_match_pattern INTEGER NOT NULL DEFAULT 0,
+    re_modifiers         TEXT DEFAULT 'CASELESS',  -- CASELESS, GLOBAL (comma separated)
+    flagIN               INTEGER NOT NULL DEFAULT 0,
+    flagOUT              INTEGER,
+    replace_pattern      TEXT,
+    timeout_ms           INTEGER,
+    error_msg            TEXT,
+    OK_msg               TEXT,
+    log                  INTEGER,
+    apply                INTEGER NOT NULL DEFAULT 0,
+    comment              TEXT
+);
+CREATE TABLE IF NOT EXISTS runtime_mcp_query_rules (
+    rule_id              INTEGER PRIMARY KEY NOT NULL,
+    active               INTEGER NOT NULL DEFAULT 0,
+    username             TEXT,
+    target_id            TEXT,
+    schemaname           TEXT,
+    tool_name            TEXT,
+    match_pattern        TEXT,
+    negate_match_pattern INTEGER NOT NULL DEFAULT 0,
+    re_modifiers         TEXT DEFAULT 'CASELESS',
+    flagIN               INTEGER NOT NULL DEFAULT 0,
+    flagOUT              INTEGER,
+    replace_pattern      TEXT,
+    timeout_ms           INTEGER,
+    error_msg            TEXT,
+    OK_msg               TEXT,
+    log                  INTEGER,
+    apply                INTEGER NOT NULL DEFAULT 0,
+    comment              TEXT
+);
+-- Hits per rule and route, aggregated across workers (each flushes its deltas at most once a second).
+CREATE TABLE IF NOT EXISTS stats_mcp_query_rules (
+    rule_id   INTEGER NOT NULL,
+    username  TEXT NOT NULL DEFAULT '',
+    target_id TEXT NOT NULL DEFAULT '',
+    hits      INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (rule_id, username, target_id)
+);
+
+-- RAG SOURCES (handlers/rag/ingest/sources_config.py): what ingestion reads into the index.
+-- No credentials here: a source reaches its database through target_id, whose auth profile
+-- holds them. JSON columns follow RAG_POC (doc_map_json, chunking_json, embedding_json).
+CREATE TABLE IF NOT EXISTS rag_sources (
+    source_id           INTEGER PRIMARY KEY,
+    name                TEXT NOT NULL UNIQUE,
+    enabled             INTEGER NOT NULL DEFAULT 1,
+    target_id           TEXT NOT NULL,              -- an MCP PROFILES target: where and as whom
+    table_name          TEXT NOT NULL,              -- table or schema.table
+    pk_column           TEXT NOT NULL,              -- primary key column(s), comma separated
+    watermark_column    TEXT NOT NULL DEFAULT '',   -- updated_at-style column; '' = append-only (pk cursor)
+    where_sql           TEXT NOT NULL DEFAULT '',   -- optional row filter, ANDed to every sync query
+    doc_map_json        TEXT NOT NULL DEFAULT '{}',
+    chunking_json       TEXT NOT NULL DEFAULT '{}',
+    embedding_json      TEXT NOT NULL DEFAULT '{}',
+    sync_interval_s     INTEGER NOT NULL DEFAULT 0, -- > 0: sync periodically in the background
+    key_scan_interval_s INTEGER NOT NULL DEFAULT 0, -- deletion scan at most this often; 0: every sync
+    comment             TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS runtime_rag_sources (
+    source_id           INTEGER PRIMARY KEY,
+    name                TEXT NOT NULL UNIQUE,
+    enabled             INTEGER NOT NULL DEFAULT 1,
+    target_id           TEXT NOT NULL,              -- an MCP PROFILES target: where and as whom
+    table_name          TEXT NOT NULL,              -- table or schema.table
+    pk_column           TEXT NOT NULL,              -- primary key column(s), comma separated
+    watermark_column    TEXT NOT NULL DEFAULT '',   -- updated_at-style column; '' = append-only (pk cursor)
+    where_sql           TEXT NOT NULL DEFAULT '',   -- optional row filter, ANDed to every sync query
+    doc_map_json        TEXT NOT NULL DEFAULT '{}',
+    chunking_json       TEXT NOT NULL DEFAULT '{}',
+    embedding_json      TEXT NOT NULL DEFAULT '{}',
+    sync_interval_s     INTEGER NOT NULL DEFAULT 0, -- > 0: sync periodically in the background
+    key_scan_interval_s INTEGER NOT NULL DEFAULT 0, -- deletion scan at most this often; 0: every sync
+    comment             TEXT NOT NULL DEFAULT ''
+);
+
+-- @section rag_vectors
+-- Vector storage of rag.db (handlers/rag/vectors.py applies it via vector_schema(dim); {dim} is the
+-- index's embedding dimension). SQLite holds the truth: float32 L2-normalised vectors in a plain
+-- rowid table, because a vec0 point lookup by rowid measured ~300 us against ~13 us here, and the
+-- ANN index rescores its candidates with exact floats (bench/README.md). The in-process ANN index
+-- (rag.db.ann/) is derived: it catches up from rag_vec_changes, and is rebuilt from this table if
+-- its snapshot is missing, corrupt, or belongs to another generation of the database.
+CREATE TABLE IF NOT EXISTS rag_vec_chunks (
+    chunk_rowid INTEGER PRIMARY KEY,          -- = rag_chunks.chunk_rowid
+    embedding   BLOB NOT NULL CHECK (length(embedding) = 4 * {dim})  -- float32[{dim}], unit length
+);
+-- Append-only change log, written in the same transaction as rag_vec_chunks; each process's ANN
+-- index remembers the last seq it applied. Replaying is idempotent: a change means "re-read this
+-- rowid" (present: upsert, absent: delete), so order within a batch does not matter.
+CREATE TABLE IF NOT EXISTS rag_vec_changes (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    chunk_rowid INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rag_vec_meta (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+);
+INSERT OR IGNORE INTO rag_vec_meta (key, value) VALUES ('dim', '{dim}');
+-- A new random id per database: an ANN snapshot from a deleted-and-recreated rag.db is refused.
+INSERT OR IGNORE INTO rag_vec_meta (key, value) VALUES ('generation', lower(hex(randomblob(16))));
+-- Log rows with seq <= this were deleted (compact_changes); a process behind it reloads a snapshot.
+INSERT OR IGNORE INTO rag_vec_meta (key, value) VALUES ('trimmed_through_seq', '0');
+
 -- @section rag
+-- The retrieval index (rag.db; handlers/rag/index.py applies this section, then the rag_vectors
+-- section for the index's dimension). rag_chunks is the truth for retrieval: rag_fts_chunks is
+-- an external-content FTS5 index over it kept in step by triggers, and the vector rows are
+-- written by handlers/rag/vectors.py inside the same transaction as the chunk rows.
+-- Documents are deleted, never flagged: a soft-deleted row would have to be filtered out of
+-- every FTS and ANN search, which is how a stale hit leaks.
+
+-- Key/value facts about this index: schema_version (migrated forward on open), embedding_model
+-- and embedding_dim (a query embedded by another model is refused), created_at.
+CREATE TABLE IF NOT EXISTS rag_meta (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+);
+
+-- A source as the index knows it (mirrored from the RAG SOURCES admin table by ingestion).
+CREATE TABLE IF NOT EXISTS rag_sources (
+    source_id      INTEGER PRIMARY KEY,
+    name           TEXT NOT NULL UNIQUE,
+    enabled        INTEGER NOT NULL DEFAULT 1,
+    backend_type   TEXT NOT NULL DEFAULT '',   -- mysql|pgsql|sqlite
+    backend_host   TEXT NOT NULL DEFAULT '',
+    backend_port   INTEGER NOT NULL DEFAULT 0,
+    backend_user   TEXT NOT NULL DEFAULT '',
+    backend_pass   TEXT NOT NULL DEFAULT '',   -- blueprint column; ingestion stores a reference, not the secret
+    backend_db     TEXT NOT NULL DEFAULT '',
+    table_name     TEXT NOT NULL DEFAULT '',
+    pk_column      TEXT NOT NULL DEFAULT '',
+    where_sql      TEXT NOT NULL DEFAULT '',
+    target_id      TEXT NOT NULL DEFAULT '',   -- /mcp/query target that rag.fetch_from_source reads through
+    doc_map_json   TEXT NOT NULL DEFAULT '{}',
+    chunking_json  TEXT NOT NULL DEFAULT '{}',
+    embedding_json TEXT NOT NULL DEFAULT '{}',
+    created_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+    updated_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+);
+
+-- Canonical documents. The hot filter fields of metadata_json (Score, PostTypeId, CreationDate,
+-- Tags) are denormalised into columns here and on every chunk, so filters run in SQL.
+CREATE TABLE IF NOT EXISTS rag_documents (
+    doc_id        TEXT PRIMARY KEY NOT NULL,
+    source_id     INTEGER NOT NULL REFERENCES rag_sources (source_id) ON DELETE CASCADE,
+    source_name   TEXT NOT NULL,
+    pk_json       TEXT NOT NULL DEFAULT '{}',
+    title         TEXT NOT NULL DEFAULT '',
+    body          TEXT NOT NULL DEFAULT '',
+    metadata_json TEXT NOT NULL DEFAULT '{}',
+    updated_at    TEXT,                       -- the source row's own timestamp, when it has one
+    indexed_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+    doc_score     REAL,                       -- metadata Score   (filter min_score)
+    post_type_id  INTEGER,                    -- metadata PostTypeId (filter post_type_ids)
+    created_at    TEXT                        -- metadata CreationDate as YYYY-MM-DDTHH:MM:SSZ (created_after/before)
+);
+CREATE INDEX IF NOT EXISTS rag_documents_source ON rag_documents (source_id);
+
+-- Tags of a document, one row each (filters tags_any / tags_all).
+CREATE TABLE IF NOT EXISTS rag_doc_tags (
+    tag    TEXT NOT NULL,
+    doc_id TEXT NOT NULL REFERENCES rag_documents (doc_id) ON DELETE CASCADE,
+    PRIMARY KEY (tag, doc_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS rag_doc_tags_doc ON rag_doc_tags (doc_id);
+
+-- Retrieval units. chunk_rowid is the key FTS5 and the vector index use; chunk_id is the public id.
+CREATE TABLE IF NOT EXISTS rag_chunks (
+    chunk_rowid   INTEGER PRIMARY KEY,
+    chunk_id      TEXT NOT NULL UNIQUE,       -- doc_id#chunk_index
+    doc_id        TEXT NOT NULL REFERENCES rag_documents (doc_id) ON DELETE CASCADE,
+    source_id     INTEGER NOT NULL,
+    chunk_index   INTEGER NOT NULL,
+    title         TEXT NOT NULL DEFAULT '',
+    body          TEXT NOT NULL DEFAULT '',
+    metadata_json TEXT NOT NULL DEFAULT '{}',
+    content_hash  TEXT NOT NULL DEFAULT '',   -- of title+body: unchanged text keeps its vector
+    updated_at    TEXT,
+    doc_score     REAL,                       -- copies of the document's hot filter columns
+    post_type_id  INTEGER,
+    created_at    TEXT,
+    UNIQUE (doc_id, chunk_index)
+);
+CREATE INDEX IF NOT EXISTS rag_chunks_source ON rag_chunks (source_id);
+CREATE INDEX IF NOT EXISTS rag_chunks_created ON rag_chunks (created_at);
+CREATE INDEX IF NOT EXISTS rag_chunks_score ON rag_chunks (doc_score);
+CREATE INDEX IF NOT EXISTS rag_chunks_post_type ON rag_chunks (post_type_id);
+
+-- Keyword index. Porter stemming over unicode61 (diacritics folded): measured better than plain
+-- unicode61 on Cranfield (bench/retrieval_eval.py). External content: the text is stored once.
+CREATE VIRTUAL TABLE IF NOT EXISTS rag_fts_chunks USING fts5 (
+    chunk_id UNINDEXED,
+    title,
+    body,
+    content = 'rag_chunks',
+    content_rowid = 'chunk_rowid',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS rag_chunks_fts_insert AFTER INSERT ON rag_chunks BEGIN
+    INSERT INTO rag_fts_chunks (rowid, chunk_id, title, body) VALUES (new.chunk_rowid, new.chunk_id, new.title, new.body);
+END;
+CREATE TRIGGER IF NOT EXISTS rag_chunks_fts_delete AFTER DELETE ON rag_chunks BEGIN
+    INSERT INTO rag_fts_chunks (rag_fts_chunks, rowid, chunk_id, title, body) VALUES ('delete', old.chunk_rowid, old.chunk_id, old.title, old.body);
+END;
+-- chunk_id is UNINDEXED (read from rag_chunks), so only a change of the text re-indexes.
+CREATE TRIGGER IF NOT EXISTS rag_chunks_fts_update AFTER UPDATE OF title, body ON rag_chunks BEGIN
+    INSERT INTO rag_fts_chunks (rag_fts_chunks, rowid, chunk_id, title, body) VALUES ('delete', old.chunk_rowid, old.chunk_id, old.title, old.body);
+    INSERT INTO rag_fts_chunks (rowid, chunk_id, title, body) VALUES (new.chunk_rowid, new.chunk_id, new.title, new.body);
+END;
+
+-- What a SQL-native reader wants in one place: the chunk, its document and its source.
+CREATE VIEW IF NOT EXISTS rag_chunk_view AS
+SELECT c.chunk_rowid, c.chunk_id, c.doc_id, c.source_id, s.name AS source_name, c.chunk_index,
+       c.title, c.body, c.metadata_json AS chunk_metadata_json, d.metadata_json AS doc_metadata_json,
+       d.pk_json, c.updated_at, c.doc_score, c.post_type_id, c.created_at
+FROM rag_chunks c
+JOIN rag_documents d ON d.doc_id = c.doc_id
+JOIN rag_sources s ON s.source_id = c.source_id;
+
+-- Per-source sync progress: the watermark cursor and the outcome of the last run.
+CREATE TABLE IF NOT EXISTS rag_sync_state (
+    source_id      INTEGER PRIMARY KEY REFERENCES rag_sources (source_id) ON DELETE CASCADE,
+    mode           TEXT NOT NULL DEFAULT 'poll',
+    cursor_json    TEXT NOT NULL DEFAULT '{}',
+    last_ok_at     TEXT,
+    last_error     TEXT,
+    last_run_at    TEXT,
+    docs_seen      INTEGER NOT NULL DEFAULT 0,  -- counts of the last run
+    docs_written   INTEGER NOT NULL DEFAULT 0,
+    docs_deleted   INTEGER NOT NULL DEFAULT 0,
+    chunks_written INTEGER NOT NULL DEFAULT 0,
+    chunks_embedded INTEGER NOT NULL DEFAULT 0,
+    chunks_reused  INTEGER NOT NULL DEFAULT 0,  -- text unchanged: vector kept, not re-embedded
+    rows_skipped   INTEGER NOT NULL DEFAULT 0,  -- bad rows (empty body, not UTF-8, oversize)
+    last_key_scan_at TEXT                        -- last deletion scan (see key_scan_interval_s)
+);
+
+-- Sync jobs (handlers/rag/ingest/jobs.py): progress readable by every worker and the CLI.
+-- A job whose process died shows state 'running' with a dead pid; readers report it 'interrupted'.
+CREATE TABLE IF NOT EXISTS rag_sync_jobs (
+    job_id        TEXT PRIMARY KEY NOT NULL,
+    source_names  TEXT NOT NULL DEFAULT '[]',   -- JSON list
+    state         TEXT NOT NULL,                -- queued|running|ok|failed
+    pid           INTEGER NOT NULL DEFAULT 0,
+    created_at    REAL NOT NULL,
+    started_at    REAL,
+    finished_at   REAL,
+    progress_json TEXT NOT NULL DEFAULT '{}',   -- per source: rows read/total, docs, chunks, embeddings
+    error_json    TEXT NOT NULL DEFAULT 'null'  -- {code, message} when the job failed
+);
+CREATE INDEX IF NOT EXISTS rag_sync_jobs_created ON rag_sync_jobs (created_at);

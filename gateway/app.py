@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -27,7 +27,7 @@ from gateway.protocol import Dispatcher, Endpoint
 from gateway.services import Services
 from gateway.startup import open_store
 from gateway.stats import ToolStats
-from gateway.transport import McpTransport
+from gateway.transport import McpTransport, not_found_response
 from handlers import HANDLER_CLASSES
 
 log = logging.getLogger("mcp_gateway")
@@ -35,7 +35,7 @@ RUNTIME_POLL_S = 0.25
 STATS_FLUSH_S = 1.0
 
 
-def create_app(data_dir: Path | None = None) -> FastAPI:
+def create_app(data_dir: Path | None = None) -> Starlette:
     data_dir = Path(data_dir or os.environ.get("MCP_GATEWAY_DATA_DIR", "mcp-gateway-data")).resolve()
     store = open_store(data_dir)
     metrics = Metrics()
@@ -53,16 +53,16 @@ def create_app(data_dir: Path | None = None) -> FastAPI:
     endpoints: dict[str, Endpoint] = {h.endpoint: Endpoint(h.endpoint, h) for h in handlers}
 
     def observe_tool(endpoint: str, tool: str, seconds: float, outcome: str, version: str) -> None:
-        metrics.operation_duration.labels(endpoint, "tools/call", tool, outcome, version).observe(seconds)
+        metrics.child(metrics.operation_duration, endpoint, "tools/call", tool, outcome, version).observe(seconds)
         if outcome != "ok":
-            metrics.errors.labels(endpoint, "0", outcome).inc()
+            metrics.child(metrics.errors, endpoint, "0", outcome).inc()
         services.stats.record(endpoint, tool, seconds, ok=outcome == "ok")
 
     dispatcher = Dispatcher(services, observe_tool=observe_tool)
     transport = McpTransport(services, endpoints, dispatcher, metrics)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         for handler in handlers:
             try:
                 await handler.init()
@@ -83,7 +83,9 @@ def create_app(data_dir: Path | None = None) -> FastAPI:
             with contextlib.suppress(Exception):
                 await handler.close()
 
-    app = FastAPI(title="MCP Gateway", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    # Starlette (FastAPI's core) directly: FastAPI's own per-request middleware costs CPU on
+    # every call and none of its features (OpenAPI, DI, body models) apply to a JSON-RPC endpoint.
+    app = Starlette(lifespan=lifespan)
     app.state.services = services
 
     async def mcp_route(request: Request) -> Response:
@@ -108,8 +110,12 @@ def create_app(data_dir: Path | None = None) -> FastAPI:
             {"status": "ok" if not down else "degraded", "down": down, "runtime_version": services.runtime.version}
         )
 
+    async def not_found(request: Request) -> Response:
+        return not_found_response(request.url.path, list(endpoints))
+
     app.add_route("/metrics", metrics_route, methods=["GET"])
     app.add_route("/healthz", healthz, methods=["GET"])
+    app.add_route("/{path:path}", not_found, methods=["GET", "POST", "OPTIONS", "PUT", "DELETE", "PATCH", "HEAD"])
     return app
 
 

@@ -35,6 +35,10 @@ def _rpc_error(status: int, jsonrpc_code: int, message: str, error_code: str, he
     return _json({"jsonrpc": "2.0", "id": None, "error": error}, status, headers)
 
 
+def not_found_response(path: str, endpoints: list[str]) -> Response:
+    return _rpc_error(404, INVALID_REQUEST, f"no MCP endpoint at {path[:200]}; POST to /mcp/<endpoint>, one of: {', '.join(endpoints)}", "NOT_FOUND")
+
+
 class McpTransport:
     def __init__(self, services: Services, endpoints: dict[str, Endpoint], dispatcher: Dispatcher, metrics: Metrics) -> None:
         self.services = services
@@ -50,7 +54,7 @@ class McpTransport:
                 404, INVALID_REQUEST, f"no MCP endpoint /mcp/{name}; known: {', '.join(self.endpoints)}", "NOT_FOUND"
             )
         response = await self._serve(request, endpoint)
-        self.metrics.http_responses.labels(name, str(response.status_code)).inc()
+        self.metrics.child(self.metrics.http_responses, name, str(response.status_code)).inc()
         return response
 
     async def _serve(self, request: Request, endpoint: Endpoint) -> Response:
@@ -108,7 +112,7 @@ class McpTransport:
                 f"request body exceeds mcp-max_request_bytes ({runtime.var('mcp-max_request_bytes')})",
                 "LIMIT_EXCEEDED",
             )
-        self.metrics.request_bytes.labels(endpoint.name).observe(len(body))
+        self.metrics.child(self.metrics.request_bytes, endpoint.name).observe(len(body))
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -137,41 +141,38 @@ class McpTransport:
 
     def _respond(self, endpoint: Endpoint, payload: Any, status: int = 200) -> Response:
         data = orjson.dumps(payload)
-        self.metrics.response_bytes.labels(endpoint.name).observe(len(data))
+        self.metrics.child(self.metrics.response_bytes, endpoint.name).observe(len(data))
         return Response(data, status_code=status, media_type="application/json")
 
     async def _one(self, message: Any, env: Envelope) -> dict[str, Any] | None:
         method = message.get("method") if isinstance(message, dict) else None
-        method_label = (
-            method
-            if method in self.dispatcher.methods
-            else ("notification" if isinstance(method, str) and method.startswith("notifications/") else "other")
-        )
-        gauge = self.metrics.inflight.labels(env.endpoint.name)
-        gauge.inc()
+        if not isinstance(method, str):
+            method_label = "other"  # a list or object here is unhashable: never look it up
+        elif method in self.dispatcher.methods:
+            method_label = method
+        else:
+            method_label = "notification" if method.startswith("notifications/") else "other"
+        metrics, endpoint = self.metrics, env.endpoint.name
+        inflight = metrics.child(metrics.inflight, endpoint)
+        inflight.inc()
         started = time.perf_counter()
         try:
             answer = await self.dispatcher.dispatch(message, env)
         except Exception:  # a bug must not become a 500 with a trace: log it, answer -32603
-            log.exception("dispatch failed on /mcp/%s", env.endpoint.name)
+            log.exception("dispatch failed on /mcp/%s", endpoint)
             msg_id = message.get("id") if isinstance(message, dict) else None
-            answer = {
-                "jsonrpc": "2.0",
-                "id": msg_id,
-                "error": {"code": -32603, "message": "internal error; see the gateway log", "data": {"code": "INTERNAL"}},
-            }
+            answer = {"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": "internal error; see the gateway log", "data": {"code": "INTERNAL"}}}
         finally:
-            gauge.dec()
+            inflight.dec()
         outcome = "ok"
         if answer is not None and "error" in answer:
             outcome = "error"
-            code = answer["error"]["code"]
-            self.metrics.errors.labels(env.endpoint.name, str(code), answer["error"].get("data", {}).get("code", "")).inc()
+            error = answer["error"]
+            metrics.child(metrics.errors, endpoint, str(error["code"]), error.get("data", {}).get("code", "")).inc()
         if method_label != "tools/call":  # tools/call is observed with its tool name by the dispatcher
-            self.metrics.operation_duration.labels(
-                env.endpoint.name, method_label, "", outcome, env.header_version or ""
-            ).observe(time.perf_counter() - started)
-        self.metrics.requests.labels(env.endpoint.name, method_label, outcome).inc()
+            version = env.header_version or ""
+            metrics.child(metrics.operation_duration, endpoint, method_label, "", outcome, version).observe(time.perf_counter() - started)
+        metrics.child(metrics.requests, endpoint, method_label, outcome).inc()
         return answer
 
     @staticmethod

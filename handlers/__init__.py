@@ -4,6 +4,7 @@ from handlers.admin import AdminHandler
 from handlers.ai import AiHandler
 from handlers.cache import CacheHandler
 from handlers.config import ConfigHandler
+from handlers.query import QueryHandler
 from handlers.stats import StatsHandler
 
-HANDLER_CLASSES = (ConfigHandler, StatsHandler, AdminHandler, CacheHandler, AiHandler)
+HANDLER_CLASSES = (ConfigHandler, QueryHandler, StatsHandler, AdminHandler, CacheHandler, AiHandler)

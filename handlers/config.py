@@ -21,7 +21,6 @@ class GetConfigIn(ToolInput):
 class VariableView(ToolOutput):
     variable_name: str
     value: str = Field(description="The runtime value (masked for secrets).")
-    memory_value: str | None = Field(description="The value in the memory layer, if it differs from the default.")
     type: str
     default: str
     description: str
@@ -48,8 +47,12 @@ class ListVariablesIn(ToolInput):
     filter: str = Field(default="", description="Substring or glob (mcp-*_auth) on variable names; empty lists all.")
 
 
+class ListedVariable(VariableView):
+    pending_value: str | None = Field(description="The memory-layer value when it differs from runtime (edited, not yet loaded).")
+
+
 class ListVariablesOut(ToolOutput):
-    variables: list[VariableView]
+    variables: list[ListedVariable]
 
 
 class ReloadIn(ToolInput):
@@ -95,15 +98,13 @@ class ConfigHandler(ToolHandler):
         "Read and change MCP Gateway runtime variables. set_config applies at once; pass save=true to keep it across restarts."
     )
 
-    def _view(self, ctx: CallContext, name: str, memory: dict[str, str]) -> VariableView:
+    def _view(self, ctx: CallContext, name: str) -> VariableView:
         decl = ctx.runtime.declarations.get(name)
         if decl is None:
             raise NotFound(f"unknown variable {name!r}; list_variables shows them all")
-        runtime_raw = self._runtime_raw(ctx, name)
         return VariableView(
             variable_name=name,
-            value=decl.display(runtime_raw),
-            memory_value=decl.display(memory[name]) if name in memory else None,
+            value=decl.display(self._runtime_raw(ctx, name)),
             type=decl.kind,
             default=decl.display(decl.default),
             description=decl.help,
@@ -121,9 +122,9 @@ class ConfigHandler(ToolHandler):
         return str(value)
 
     @tool("get_config", title="Get a variable", read_only=True)
-    def get_config(self, args: GetConfigIn, ctx: CallContext) -> VariableView:
-        """Return one runtime variable: its value (secrets masked), the pending memory value, type, default and help."""
-        return self._view(ctx, args.variable_name, self.services.store.memory_variables())
+    async def get_config(self, args: GetConfigIn, ctx: CallContext) -> VariableView:
+        """Return one runtime variable: its value (secrets masked), type, default and help."""
+        return self._view(ctx, args.variable_name)  # runtime snapshot only: no I/O, runs inline
 
     @tool("set_config", title="Set a variable", read_only=False, idempotent=True)
     def set_config(self, args: SetConfigIn, ctx: CallContext) -> SetConfigOut:
@@ -149,7 +150,8 @@ class ConfigHandler(ToolHandler):
 
     @tool("list_variables", title="List variables", read_only=True)
     def list_variables(self, args: ListVariablesIn, ctx: CallContext) -> ListVariablesOut:
-        """List variables whose name matches the filter (substring or glob), with runtime values (secrets masked)."""
+        """List variables whose name matches the filter (substring or glob), with runtime values (secrets masked)
+        and any pending memory-layer edit not yet loaded to runtime."""
         memory = self.services.store.memory_variables()
         pattern = args.filter
         names = [
@@ -157,7 +159,14 @@ class ConfigHandler(ToolHandler):
             for n in ctx.runtime.declarations
             if not pattern or (fnmatch.fnmatch(n, pattern) if any(c in pattern for c in "*?[") else pattern in n)
         ]
-        return ListVariablesOut(variables=[self._view(ctx, n, memory) for n in names])
+        listed = []
+        for name in names:
+            view = self._view(ctx, name)
+            decl = ctx.runtime.declarations[name]
+            pending = memory.get(name)
+            differs = pending is not None and pending != self._runtime_raw(ctx, name)
+            listed.append(ListedVariable(**view.model_dump(), pending_value=decl.display(pending) if differs else None))
+        return ListVariablesOut(variables=listed)
 
     @tool("reload_config", title="Reload configuration", read_only=False, idempotent=True)
     def reload_config(self, args: ReloadIn, ctx: CallContext) -> ReloadOut:

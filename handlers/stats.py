@@ -93,7 +93,7 @@ class ToolUsageOut(ToolOutput):
 
 
 class ShowQueriesIn(ToolInput):
-    sort_by: Literal["count", "sum_time", "max_time", "last_seen"] = "sum_time"
+    sort_by: Literal["count", "sum_time", "avg_time", "max_time", "last_seen"] = "sum_time"
     limit: int = Field(default=50, ge=1, le=10000)
     min_count: int = Field(default=1, ge=1)
 
@@ -180,6 +180,9 @@ class StatsHandler(ToolHandler):
             from handlers.query.digest import query_digest_stats
         except ImportError as exc:
             raise Unavailable("the query endpoint is not installed") from exc
+        query = self.services.handlers.get("query")
+        if query is not None:
+            query.flush_stats()  # this worker's pending digests first, like show_tool_usage
         limit = min(args.limit, ctx.runtime.var("mcp-stats_show_queries_max_rows"))
         rows = query_digest_stats(self.services.store, sort_by=args.sort_by, limit=limit + 1, min_count=args.min_count)
         return ShowQueriesOut(queries=rows[:limit], truncated=len(rows) > limit)

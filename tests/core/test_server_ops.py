@@ -98,7 +98,7 @@ def test_certificate_files_are_reread_on_reload_without_restart(tmp_path):
     live_cert, live_key = tmp_path / "live-cert.pem", tmp_path / "live-key.pem"
     shutil.copy(cert_a, live_cert)
     shutil.copy(key_a, live_key)
-    with start_gateway(workers=2, variables={"mcp-ssl_cert": str(live_cert), "mcp-ssl_key": str(live_key)}) as gw:
+    with start_gateway(workers=2, variables={"mcp-ssl_cert": str(live_cert), "mcp-ssl_key": str(live_key)}, ca_path=cert_a) as gw:
         port = int(gw.base_url.rsplit(":", 1)[1])
         fp_a = hashlib.sha256(ssl.PEM_cert_to_DER_cert(cert_a.read_text())).hexdigest()
         fp_b = hashlib.sha256(ssl.PEM_cert_to_DER_cert(cert_b.read_text())).hexdigest()

@@ -1,0 +1,410 @@
+"""Connection pools per query target: the one place the gateway opens backend connections.
+
+    pgsql   psycopg_pool.ConnectionPool
+    mysql   BoundedPool of pymysql connections (never CLIENT.MULTI_STATEMENTS, autocommit off)
+    sqlite  BoundedPool of stdlib sqlite3 connections opened read-only (`file:...?mode=ro`)
+
+Sessions are opened read-only with the target's statement timeout (gateway/backends.py).
+
+Health: a connection idle longer than mcp-query_pool_idle_check_ms, or returned before the
+pool last saw a connection die, is pinged before it is handed out; a dead one is discarded
+and replaced, which is how pools recover after a backend restart. `connection()` rolls back
+and returns the connection; one that broke during the call is discarded and the call gets
+UNAVAILABLE. Pools are created on first use and rebuilt only for targets whose definition
+changed (`update`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from gateway.backends import (
+    SqliteConnection,
+    connect_mysql,
+    connect_sqlite,
+    connection_broken,
+    mysql_ssl,
+    pg_kwargs,
+    ping_mysql,
+    ping_sqlite,
+)
+from gateway.errors import GatewayError, NotFound, Unavailable
+from gateway.runtime import Runtime
+from gateway.targets import Target, targets_from_runtime
+
+log = logging.getLogger("mcp_gateway.pools")
+
+# Re-exported for callers that open their own streaming connections (rag ingestion) and for
+# tools that check a borrowed connection.
+_mysql_ssl = mysql_ssl
+__all__ = ["TargetPools", "connection_broken", "pg_kwargs", "mysql_ssl", "_mysql_ssl", "BoundedPool"]
+
+
+class PoolTimeout(Exception):
+    pass
+
+
+class PoolClosed(Exception):
+    pass
+
+
+class Health:
+    """Counters and the 'suspect before' mark shared by both pool kinds of one target."""
+
+    def __init__(self, idle_check_s: float) -> None:
+        self.idle_check_s = idle_check_s
+        self.suspect_before = 0.0  # monotonic: connections returned before this get pinged
+        self.errors = 0
+        self.reconnects = 0
+        self.lock = threading.Lock()
+
+    def needs_ping(self, returned_at: float) -> bool:
+        return returned_at <= self.suspect_before or time.monotonic() - returned_at >= self.idle_check_s
+
+    def connection_died(self) -> None:
+        with self.lock:
+            self.reconnects += 1
+            self.suspect_before = time.monotonic()
+
+    def error(self) -> None:
+        with self.lock:
+            self.errors += 1
+
+
+class BoundedPool:
+    """At most max_size connections; LIFO reuse; waits up to timeout_s for one."""
+
+    def __init__(
+        self, connect: Callable[[], Any], ping: Callable[[Any], None], health: Health, *, max_size: int, timeout_s: float
+    ) -> None:
+        self._connect, self._ping, self.health = connect, ping, health
+        self.max_size, self.timeout_s = max_size, timeout_s
+        self._idle: deque[tuple[Any, float]] = deque()
+        self._size = 0
+        self._waiting = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def getconn(self) -> Any:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            conn, returned_at = self._reserve(deadline)
+            if conn is None:
+                try:
+                    return self._connect()
+                except BaseException:
+                    self._release_slot()
+                    raise
+            if not self.health.needs_ping(returned_at):
+                return conn
+            try:
+                self._ping(conn)
+                return conn
+            except Exception:
+                log.info("discarding a dead pooled connection")
+                self.health.connection_died()
+                self.discard(conn)
+
+    def _reserve(self, deadline: float) -> tuple[Any, float]:
+        """An idle connection, or (None, 0) meaning a slot was reserved for a new one."""
+        with self._cond:
+            self._waiting += 1
+            try:
+                while True:
+                    if self._closed:
+                        raise PoolClosed()
+                    if self._idle:
+                        return self._idle.pop()
+                    if self._size < self.max_size:
+                        self._size += 1
+                        return None, 0.0
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise PoolTimeout()
+                    self._cond.wait(remaining)
+            finally:
+                self._waiting -= 1
+
+    def _release_slot(self) -> None:
+        with self._cond:
+            self._size -= 1
+            self._cond.notify()
+
+    def putconn(self, conn: Any) -> None:
+        with self._cond:
+            if not self._closed:
+                self._idle.append((conn, time.monotonic()))
+                self._cond.notify()
+                return
+        self.discard(conn)
+
+    def discard(self, conn: Any) -> None:
+        _quiet_close(conn)
+        self._release_slot()
+
+    def stats(self) -> dict[str, int]:
+        with self._cond:
+            idle = len(self._idle)
+            return {"size": self._size, "in_use": self._size - idle, "idle": idle, "waiting": self._waiting}
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = list(self._idle), deque()
+            self._size -= len(idle)
+            self._cond.notify_all()
+        for conn, _ in idle:
+            _quiet_close(conn)
+
+
+def _quiet_close(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # closing a dead connection may fail; it is gone either way
+        conn.close()
+
+
+# -- the pools of all targets ---------------------------------------------------------------
+
+
+class _TargetPool:
+    """One target's pool, whatever its kind, with a uniform get/put/stats/close."""
+
+    def __init__(self, target: Target, *, max_size: int, timeout_s: float, idle_check_s: float, io_timeout_s: float) -> None:
+        self.target = target
+        self.health = Health(idle_check_s)
+        self.timeout_s = timeout_s
+        self.pg: psycopg_pool.ConnectionPool | None = None
+        self.bounded: BoundedPool | None = None
+        if target.protocol == "pgsql":
+            self.pg = psycopg_pool.ConnectionPool(
+                kwargs=pg_kwargs(target, connect_timeout_s=timeout_s),
+                min_size=0,
+                max_size=max_size,
+                timeout=timeout_s,
+                check=self._check_pg,
+                reconnect_timeout=max(60.0, timeout_s),
+                num_workers=1,
+                name=f"mcp-{target.target_id}",
+                open=False,
+            )
+            self.pg.open(wait=False)
+        elif target.protocol == "mysql":
+            self.bounded = BoundedPool(
+                lambda: connect_mysql(target, connect_timeout_s=timeout_s, io_timeout_s=io_timeout_s),
+                lambda conn: ping_mysql(conn, timeout_s=timeout_s),
+                self.health,
+                max_size=max_size,
+                timeout_s=timeout_s,
+            )
+        else:
+            self.bounded = BoundedPool(
+                lambda: connect_sqlite(target, timeout_s=timeout_s),
+                lambda conn: ping_sqlite(conn, target.database),
+                self.health,
+                max_size=max_size,
+                timeout_s=timeout_s,
+            )
+
+    def _check_pg(self, conn: psycopg.Connection) -> None:
+        if not self.health.needs_ping(getattr(conn, "_mcp_returned_at", math.inf)):
+            return
+        try:
+            psycopg_pool.ConnectionPool.check_connection(conn)
+        except Exception:
+            self.health.connection_died()
+            raise  # the pool discards it and hands out another
+
+    def getconn(self) -> Any:
+        if self.pg is not None:
+            try:
+                return self.pg.getconn()
+            except psycopg_pool.PoolTimeout:
+                raise PoolTimeout() from None
+            except psycopg_pool.PoolClosed:
+                raise PoolClosed() from None
+        assert self.bounded is not None
+        conn = self.bounded.getconn()
+        if isinstance(conn, SqliteConnection):
+            conn.deadline = time.monotonic() + self.target.timeout_ms / 1000
+        return conn
+
+    def putconn(self, conn: Any) -> None:
+        """Roll back and return; a connection that cannot roll back is discarded."""
+        broken = connection_broken(conn)
+        if not broken:
+            try:
+                if isinstance(conn, SqliteConnection):
+                    conn.deadline = math.inf
+                conn.rollback()
+            except Exception:  # noqa: BLE001 - it died while we were using it
+                broken = True
+        if broken:
+            self.health.connection_died()
+        if self.pg is not None:
+            if broken and not conn.closed:
+                conn.close()  # psycopg_pool discards closed connections on putconn
+            conn._mcp_returned_at = time.monotonic()
+            self.pg.putconn(conn)
+        elif broken:
+            self.bounded.discard(conn)
+        else:
+            self.bounded.putconn(conn)
+
+    def stats(self) -> dict[str, Any]:
+        if self.pg is not None:
+            raw = self.pg.get_stats()
+            size, idle = raw.get("pool_size", 0), raw.get("pool_available", 0)
+            sizes = {"size": size, "in_use": size - idle, "idle": idle, "waiting": raw.get("requests_waiting", 0)}
+            extra_errors = raw.get("connections_errors", 0)
+        else:
+            assert self.bounded is not None
+            sizes, extra_errors = self.bounded.stats(), 0
+        return {
+            "target_id": self.target.target_id,
+            "protocol": self.target.protocol,
+            **sizes,
+            "errors": self.health.errors + extra_errors,
+            "reconnects": self.health.reconnects,
+        }
+
+    def close(self) -> None:
+        if self.pg is not None:
+            self.pg.close(timeout=1.0)
+        elif self.bounded is not None:
+            self.bounded.close()
+
+
+def _pool_settings(runtime: Runtime) -> tuple[int, float, float, float]:
+    def var(name: str, default: int) -> int:
+        return int(runtime.variables.get(name, default))
+
+    timeout_s = var("mcp-query_pool_timeout_ms", 2000) / 1000
+    io_timeout_s = var("mcp-timeout_ms", 30000) / 1000 + 5  # socket guard above the call deadline
+    return var("mcp-query_pool_max", 8), timeout_s, var("mcp-query_pool_idle_check_ms", 5000) / 1000, io_timeout_s
+
+
+class TargetPools:
+    """All targets of the current runtime and their pools; shared as services.shared["pools"]."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._lock = threading.Lock()
+        self._targets: dict[str, Target] = {}
+        self._skipped: dict[str, str] = {}
+        self._pools: dict[str, _TargetPool] = {}
+        self._settings: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
+        self._default = ""
+        self.update(runtime)
+
+    def update(self, runtime: Runtime) -> None:
+        """Adopt a new runtime; close pools only of targets that changed or went away."""
+        targets, skipped = targets_from_runtime(runtime)
+        settings = _pool_settings(runtime)
+        with self._lock:
+            stale = [tid for tid, pool in self._pools.items() if settings != self._settings or targets.get(tid) != pool.target]
+            old = [self._pools.pop(tid) for tid in stale]
+            self._targets, self._skipped, self._settings = targets, skipped, settings
+            self._default = str(runtime.variables.get("mcp-query_default_target", "") or "")
+        for pool in old:
+            pool.close()
+
+    def targets(self) -> list[Target]:
+        with self._lock:
+            return [self._targets[tid] for tid in sorted(self._targets)]
+
+    def default_target_id(self) -> str | None:
+        """The configured default, else the first effective target by target_id."""
+        with self._lock:
+            if self._default:
+                return self._default
+            return min(self._targets) if self._targets else None
+
+    def resolve(self, target_id: str | None) -> Target:
+        if target_id is None or target_id == "":
+            target_id = self.default_target_id()
+            if target_id is None:
+                raise NotFound("no query target is configured (see mcp_target_profiles)")
+        with self._lock:
+            target = self._targets.get(target_id)
+            reason = self._skipped.get(target_id)
+        if target is not None:
+            return target
+        if reason is not None:
+            raise NotFound(f"target {target_id!r} is not available: {reason}")
+        raise NotFound(f"unknown target {target_id!r}; list_targets shows the available ones")
+
+    def _pool(self, target: Target) -> _TargetPool:
+        with self._lock:
+            if self._targets.get(target.target_id) != target:
+                raise PoolClosed()  # resolved from a runtime that was replaced meanwhile
+            pool = self._pools.get(target.target_id)  # update() keeps only pools of current targets
+            if pool is None:
+                max_size, timeout_s, idle_check_s, io_timeout_s = self._settings
+                pool = _TargetPool(
+                    target, max_size=max_size, timeout_s=timeout_s, idle_check_s=idle_check_s, io_timeout_s=io_timeout_s
+                )
+                self._pools[target.target_id] = pool
+            return pool
+
+    @contextmanager
+    def connection(self, target_id: str | None) -> Iterator[tuple[Target, Any]]:
+        """Borrow a connection of the target (None: the default) for one call."""
+        target, pool, conn = self._borrow(target_id)
+        try:
+            yield target, conn
+        except GatewayError:
+            raise
+        except Exception as exc:
+            if connection_broken(conn):
+                pool.health.error()
+                raise Unavailable(f"target {target.target_id} is unreachable (connection lost)") from exc
+            raise
+        finally:
+            pool.putconn(conn)
+
+    def _borrow(self, target_id: str | None) -> tuple[Target, _TargetPool, Any]:
+        for _attempt in range(2):  # a LOAD may close the pool we picked: then take the new one
+            target = self.resolve(target_id)
+            try:
+                pool = self._pool(target)
+                return target, pool, self._getconn(target, pool)
+            except PoolClosed:
+                continue
+        raise Unavailable(f"target {target.target_id} is being reconfigured; retry")
+
+    @staticmethod
+    def _getconn(target: Target, pool: _TargetPool) -> Any:
+        try:
+            return pool.getconn()
+        except PoolClosed:
+            raise
+        except PoolTimeout:
+            pool.health.error()
+            raise Unavailable(f"target {target.target_id} is unreachable (no connection within the pool timeout)") from None
+        except Exception as exc:  # a driver's connect error: its text may name the host or user
+            pool.health.error()
+            code = getattr(exc, "sqlstate", None) or (exc.args[0] if exc.args and isinstance(exc.args[0], int) else "")
+            log.warning("connecting to target %s failed: %s %s", target.target_id, type(exc).__name__, code)
+            raise Unavailable(f"target {target.target_id} is unreachable") from exc
+
+    def stats(self) -> list[dict[str, Any]]:
+        """One entry per effective target (zeros until its first use); no host or credentials."""
+        with self._lock:
+            entries = [(self._targets[tid], self._pools.get(tid)) for tid in sorted(self._targets)]
+        idle = {"size": 0, "in_use": 0, "idle": 0, "waiting": 0, "errors": 0, "reconnects": 0}
+        return [pool.stats() if pool else {"target_id": t.target_id, "protocol": t.protocol, **idle} for t, pool in entries]
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()

@@ -1,0 +1,71 @@
+"""Helpers shared by the query endpoint tests: a real ConfigStore in a temp directory, profile
+rows, a QueryHandler built on it, and tool calls through the handler's real execute path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.services import Services
+from gateway.store import ConfigStore
+from gateway.variables import all_variables
+from handlers.base import CallContext, ToolHandler
+from handlers.query import QueryHandler
+
+
+def make_store(data_dir: Path) -> ConfigStore:
+    store = ConfigStore(data_dir, variables=all_variables(QueryHandler.variables), modules=list(QueryHandler.config_modules))
+    store.initialize()
+    store.load_to_runtime("MCP VARIABLES")
+    return store
+
+
+def insert(store: ConfigStore, table: str, **row: Any) -> None:
+    cols = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    store.conn().execute(f"INSERT OR REPLACE INTO main.{table} ({cols}) VALUES ({marks})", tuple(row.values()))
+
+
+def add_auth(store: ConfigStore, auth_profile_id: str, username: str, password: str = "", **extra: Any) -> None:
+    insert(store, "mcp_auth_profiles", auth_profile_id=auth_profile_id, db_username=username, db_password=password, **extra)
+
+
+def add_target(store: ConfigStore, target_id: str, protocol: str, **extra: Any) -> None:
+    insert(store, "mcp_target_profiles", target_id=target_id, protocol=protocol, **extra)
+
+
+def make_services(store: ConfigStore) -> Services:
+    return Services(data_dir=store.data_dir, store=store, runtime=store.read_runtime(), stats=None, metrics=None)  # type: ignore[arg-type]
+
+
+def reload(store: ConfigStore, handler: ToolHandler) -> None:
+    """What a worker does after LOAD ... TO RUNTIME: new snapshot, then on_runtime_change."""
+    old = handler.services.runtime
+    handler.services.runtime = store.read_runtime()
+    handler.on_runtime_change(old, handler.services.runtime)
+
+
+def call(handler: ToolHandler, name: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
+    """Run one tool as the server does; returns (is_error, structuredContent), JSON-checked."""
+    spec = handler.find_tool(name)
+    assert spec is not None, name
+    ctx = CallContext(endpoint=handler.endpoint, tool_name=name, runtime=handler.services.runtime, deadline=time.monotonic() + 30)
+    result = asyncio.run(handler.execute_tool(spec, arguments, ctx))
+    text = result["content"][0]["text"]
+    assert json.loads(text) == result["structuredContent"]  # the text block is the same JSON
+    return result["isError"], result["structuredContent"]
+
+
+def ok(handler: ToolHandler, name: str, **arguments: Any) -> dict[str, Any]:
+    is_error, payload = call(handler, name, **arguments)
+    assert not is_error, payload
+    return payload
+
+
+def error(handler: ToolHandler, name: str, **arguments: Any) -> dict[str, Any]:
+    is_error, payload = call(handler, name, **arguments)
+    assert is_error, payload
+    return payload["error"]
