@@ -53,9 +53,9 @@ def create_app(data_dir: Path | None = None) -> Starlette:
     endpoints: dict[str, Endpoint] = {h.endpoint: Endpoint(h.endpoint, h) for h in handlers}
 
     def observe_tool(endpoint: str, tool: str, seconds: float, outcome: str, version: str) -> None:
-        metrics.child(metrics.operation_duration, endpoint, "tools/call", tool, outcome, version).observe(seconds)
+        metrics.observe(metrics.operation_duration, endpoint, "tools/call", tool, outcome, version, value=seconds)
         if outcome != "ok":
-            metrics.child(metrics.errors, endpoint, "0", outcome).inc()
+            metrics.count(metrics.errors, endpoint, "0", outcome)
         services.stats.record(endpoint, tool, seconds, ok=outcome == "ok")
 
     dispatcher = Dispatcher(services, observe_tool=observe_tool)
@@ -73,11 +73,13 @@ def create_app(data_dir: Path | None = None) -> Starlette:
                 endpoints[handler.endpoint] = Endpoint(handler.endpoint, handler, down_reason=handler.down_reason)
                 metrics.handler_up.labels(handler.endpoint).set(0)
         app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
+        metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
             tasks.start_soon(_flush_stats, services)
             yield
             tasks.cancel_scope.cancel()
+        metrics.flush()
         await anyio.to_thread.run_sync(services.stats.flush)
         for handler in handlers:
             with contextlib.suppress(Exception):
@@ -101,6 +103,7 @@ def create_app(data_dir: Path | None = None) -> Starlette:
                 headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
             )
         metrics.sample_process()
+        metrics.flush()  # on the loop, before the collection thread reads the files
         body = await anyio.to_thread.run_sync(metrics.exposition)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -156,6 +159,7 @@ async def _flush_stats(services: Services) -> None:
     while True:
         await asyncio.sleep(STATS_FLUSH_S)
         try:
+            services.metrics.flush()  # on the loop: the aggregates are only touched here
             await anyio.to_thread.run_sync(services.stats.flush)
             services.metrics.sample_process()
         except Exception:

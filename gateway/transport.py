@@ -36,7 +36,12 @@ def _rpc_error(status: int, jsonrpc_code: int, message: str, error_code: str, he
 
 
 def not_found_response(path: str, endpoints: list[str]) -> Response:
-    return _rpc_error(404, INVALID_REQUEST, f"no MCP endpoint at {path[:200]}; POST to /mcp/<endpoint>, one of: {', '.join(endpoints)}", "NOT_FOUND")
+    return _rpc_error(
+        404,
+        INVALID_REQUEST,
+        f"no MCP endpoint at {path[:200]}; POST to /mcp/<endpoint>, one of: {', '.join(endpoints)}",
+        "NOT_FOUND",
+    )
 
 
 class McpTransport:
@@ -54,12 +59,13 @@ class McpTransport:
                 404, INVALID_REQUEST, f"no MCP endpoint /mcp/{name}; known: {', '.join(self.endpoints)}", "NOT_FOUND"
             )
         response = await self._serve(request, endpoint)
-        self.metrics.child(self.metrics.http_responses, name, str(response.status_code)).inc()
+        self.metrics.count(self.metrics.http_responses, name, str(response.status_code))
         return response
 
     async def _serve(self, request: Request, endpoint: Endpoint) -> Response:
         runtime = self.services.runtime
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        # ASGI servers hand header names over lowercased; decoding once beats Headers lookups.
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.scope["headers"]}
         origin = headers.get("origin")
         allowed_origins: tuple[str, ...] = runtime.var("mcp-allowed_origins")
         if origin is not None and allowed_origins and origin not in allowed_origins:
@@ -84,7 +90,8 @@ class McpTransport:
                 {"Allow": "POST, OPTIONS"},
             )
         client = request.client.host if request.client else "unknown"
-        failure = auth.check_endpoint(endpoint.name, headers, request.query_params, runtime)
+        query = request.query_params if runtime.var("mcp-allow_query_token") else {}
+        failure = auth.check_endpoint(endpoint.name, headers, query, runtime)
         if failure is not None:
             self.metrics.auth_failed(endpoint.name, failure, client)
             message = (
@@ -112,7 +119,7 @@ class McpTransport:
                 f"request body exceeds mcp-max_request_bytes ({runtime.var('mcp-max_request_bytes')})",
                 "LIMIT_EXCEEDED",
             )
-        self.metrics.child(self.metrics.request_bytes, endpoint.name).observe(len(body))
+        self.metrics.observe(self.metrics.request_bytes, endpoint.name, value=len(body))
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -141,7 +148,7 @@ class McpTransport:
 
     def _respond(self, endpoint: Endpoint, payload: Any, status: int = 200) -> Response:
         data = orjson.dumps(payload)
-        self.metrics.child(self.metrics.response_bytes, endpoint.name).observe(len(data))
+        self.metrics.observe(self.metrics.response_bytes, endpoint.name, value=len(data))
         return Response(data, status_code=status, media_type="application/json")
 
     async def _one(self, message: Any, env: Envelope) -> dict[str, Any] | None:
@@ -153,26 +160,31 @@ class McpTransport:
         else:
             method_label = "notification" if method.startswith("notifications/") else "other"
         metrics, endpoint = self.metrics, env.endpoint.name
-        inflight = metrics.child(metrics.inflight, endpoint)
-        inflight.inc()
+        metrics.inflight_add(endpoint, 1)
         started = time.perf_counter()
         try:
             answer = await self.dispatcher.dispatch(message, env)
         except Exception:  # a bug must not become a 500 with a trace: log it, answer -32603
             log.exception("dispatch failed on /mcp/%s", endpoint)
             msg_id = message.get("id") if isinstance(message, dict) else None
-            answer = {"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32603, "message": "internal error; see the gateway log", "data": {"code": "INTERNAL"}}}
+            answer = {
+                "jsonrpc": "2.0",
+                "id": msg_id,
+                "error": {"code": -32603, "message": "internal error; see the gateway log", "data": {"code": "INTERNAL"}},
+            }
         finally:
-            inflight.dec()
+            metrics.inflight_add(endpoint, -1)
         outcome = "ok"
         if answer is not None and "error" in answer:
             outcome = "error"
             error = answer["error"]
-            metrics.child(metrics.errors, endpoint, str(error["code"]), error.get("data", {}).get("code", "")).inc()
+            metrics.count(metrics.errors, endpoint, str(error["code"]), error.get("data", {}).get("code", ""))
         if method_label != "tools/call":  # tools/call is observed with its tool name by the dispatcher
             version = env.header_version or ""
-            metrics.child(metrics.operation_duration, endpoint, method_label, "", outcome, version).observe(time.perf_counter() - started)
-        metrics.child(metrics.requests, endpoint, method_label, outcome).inc()
+            metrics.observe(
+                metrics.operation_duration, endpoint, method_label, "", outcome, version, value=time.perf_counter() - started
+            )
+        metrics.count(metrics.requests, endpoint, method_label, outcome)
         return answer
 
     @staticmethod
@@ -184,7 +196,8 @@ class McpTransport:
                     return None
             except ValueError:
                 return None
-        chunks, size = [], 0
+            return await request.body()  # the HTTP parser holds the body to its declared length
+        chunks, size = [], 0  # chunked: count as it arrives
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:

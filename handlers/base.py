@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 import anyio
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
@@ -157,7 +157,7 @@ def _build_spec(func: Callable[..., Any], meta: dict[str, Any]) -> ToolSpec:
 
 
 def tool_result(payload: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    text = orjson.dumps(payload).decode()
     return {"content": [{"type": "text", "text": text}], "structuredContent": payload, "isError": is_error}
 
 
@@ -236,7 +236,7 @@ class ToolHandler:
             ]
             return error_result(InvalidArgument(f"invalid arguments for {spec.name}", details=details))
         try:
-            with anyio.fail_after(ctx.remaining_s()):
+            async with asyncio.timeout(ctx.remaining_s()):  # cheaper than an anyio cancel scope per call
                 if spec.is_async:
                     output = await spec.func(self, args, ctx)
                 else:
@@ -244,7 +244,9 @@ class ToolHandler:
                         self._limiter = anyio.CapacityLimiter(self.thread_limit)
                     # abandon_on_cancel: the caller gets its answer at the deadline; the thread runs on
                     # (holding its limiter slot) and long tools call ctx.check_deadline() to stop early.
-                    output = await anyio.to_thread.run_sync(spec.func, self, args, ctx, limiter=self._limiter, abandon_on_cancel=True)
+                    output = await anyio.to_thread.run_sync(
+                        spec.func, self, args, ctx, limiter=self._limiter, abandon_on_cancel=True
+                    )
         except TimeoutError:
             return error_result(DeadlineExceeded(f"{spec.name} did not finish within its deadline"))
         except GatewayError as exc:

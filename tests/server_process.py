@@ -147,13 +147,15 @@ def start_gateway(
             process=process,
         )
         try:
-            _wait_healthy(gateway, startup_timeout_s)
+            _wait_healthy(gateway, startup_timeout_s, workers=workers)
             yield gateway
         finally:
             stop_gateway(gateway)
 
 
-def _wait_healthy(gateway: GatewayProcess, timeout_s: float) -> None:
+def _wait_healthy(gateway: GatewayProcess, timeout_s: float, *, workers: int = 1) -> None:
+    """Until /healthz answers and, with several workers, every one of them reports serving
+    (each adds 1 to mcp_gateway_workers when its startup completes)."""
     deadline = time.monotonic() + timeout_s
     last_error = "no answer yet"
     while time.monotonic() < deadline:
@@ -164,13 +166,21 @@ def _wait_healthy(gateway: GatewayProcess, timeout_s: float) -> None:
         if gateway.ca_path.exists():
             try:
                 answer = httpx.get(f"{gateway.base_url}/healthz", verify=gateway.ssl_context(), timeout=2.0)
-                if answer.status_code == 200:
+                if answer.status_code == 200 and (workers == 1 or _serving_workers(gateway) >= workers):
                     return
                 last_error = f"/healthz answered {answer.status_code}"
             except (httpx.HTTPError, OSError) as exc:  # not listening yet, or cert still being written
                 last_error = repr(exc)
         time.sleep(0.1)
     raise RuntimeError(f"gateway not healthy within {timeout_s} s ({last_error}):\n{gateway.log_tail()}")
+
+
+def _serving_workers(gateway: GatewayProcess) -> int:
+    answer = httpx.get(f"{gateway.base_url}/metrics", verify=gateway.ssl_context(), timeout=2.0)
+    for line in answer.text.splitlines():
+        if line.startswith("mcp_gateway_workers "):
+            return int(float(line.split()[1]))
+    return 0
 
 
 def stop_gateway(gateway: GatewayProcess, *, grace_s: float = 10.0) -> None:

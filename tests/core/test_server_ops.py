@@ -79,6 +79,7 @@ def test_metrics_also_served_on_a_plain_port():
     port = free_port()
     with start_gateway(workers=2, variables={"mcp-metrics_port": port}) as gw, gw.client() as client:
         call_tool(client, gw, "config", "get_config", {"variable_name": "mcp-port"})
+        time.sleep(1.5)  # workers write their aggregated updates once a second
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert "mcp_gateway_workers 2.0" in text  # the supervisor itself is not counted
         assert 'tool="get_config"' in text
