@@ -167,7 +167,8 @@ def tools_table() -> str:
         if not cls.tools:
             lines.append(f"| `/mcp/{cls.endpoint}` | (none yet) | | {cls.title} |")
         for spec in cls.tools.values():
-            summary = spec.description.split("\n")[0]
+            paragraph = " ".join(spec.description.split("\n\n")[0].split())
+            summary = paragraph.split(". ")[0].rstrip(".") + "."
             lines.append(
                 f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |"
             )

@@ -5,6 +5,7 @@ from handlers.ai import AiHandler
 from handlers.cache import CacheHandler
 from handlers.config import ConfigHandler
 from handlers.query import QueryHandler
+from handlers.rag import RagHandler
 from handlers.stats import StatsHandler
 
-HANDLER_CLASSES = (ConfigHandler, QueryHandler, StatsHandler, AdminHandler, CacheHandler, AiHandler)
+HANDLER_CLASSES = (ConfigHandler, QueryHandler, RagHandler, StatsHandler, AdminHandler, CacheHandler, AiHandler)

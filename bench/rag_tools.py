@@ -1,0 +1,145 @@
+"""Tool-level part of bench/rag_latency.py: the /mcp/rag tool functions over the built index.
+
+Each call goes through `ToolHandler.execute_tool` (argument validation, the worker-thread hop,
+the deadline, output shaping), on one event loop, one call at a time — the path the server runs
+for a tools/call, minus HTTP. The handler is the real RagHandler with the local MiniLM
+embedder; the synthetic vectors are declared as that model's in rag_meta (latency does not
+depend on what the vectors mean). search_vector takes the synthetic query vectors as
+query_embedding, so its recall@10 is measured against the same exact truth as the layer;
+search_hybrid embeds its query text, and the embedding time is reported on its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+from rag_latency import percentiles
+
+from gateway.services import Services
+from gateway.sqlite import connect
+from handlers.base import CallContext
+from handlers.rag.embeddings import QueryEmbeddingCache
+
+SOURCE_25PCT = 2  # wiki_pages in bench/rag_synth.py SOURCES
+SOURCE_5PCT = 4  # release_notes
+
+
+def _open_handler(out_dir: Path, db: Path):  # noqa: ANN202 - (RagHandler, Embedder)
+    from handlers.rag.embeddings import make_embedder
+    from handlers.rag.handler import RagHandler
+    from handlers.rag.ingest.cli import index_embedding_config, open_config
+
+    store = open_config(out_dir)
+    runtime = store.read_runtime()
+    embedder = make_embedder(index_embedding_config(runtime))
+    conn = connect(db)
+    conn.execute("UPDATE rag_meta SET value = ? WHERE key = 'embedding_model'", (embedder.model_id,))
+    conn.close()
+    services = Services(data_dir=out_dir, store=store, runtime=runtime, stats=None, metrics=None)  # type: ignore[arg-type]
+    handler = RagHandler(services)
+    anyio.run(handler.init)
+    handler.embedder.embed(["warm up the model session"])  # loading the ONNX model is not a query's cost
+    return handler, handler.embedder
+
+
+def measure_tools(
+    out_dir: Path, db: Path, texts: list[str], queries: np.ndarray, truth: dict[str, list[list[int]]], *, k: int, dim: int
+) -> dict[str, Any]:
+    handler, embedder = _open_handler(out_dir, db)
+    conn = connect(db)
+    doc_ids_20 = [d for (d,) in conn.execute("SELECT doc_id FROM rag_documents ORDER BY doc_id LIMIT 20 OFFSET 1000")]
+    rowid_of = {}
+
+    def vector_args(i: int, filters: dict[str, Any]) -> dict[str, Any]:
+        b64 = base64.b64encode(queries[i].astype("<f4").tobytes()).decode()
+        return {"query_embedding": {"dim": dim, "values_b64": b64}, "k": k, "filters": filters}
+
+    cases: dict[str, tuple[str, Any]] = {
+        "fts": ("rag.search_fts", lambda i: {"query": texts[i], "k": k}),
+        "fts_filter_source_25pct": (
+            "rag.search_fts",
+            lambda i: {"query": texts[i], "k": k, "filters": {"source_ids": [SOURCE_25PCT]}},
+        ),
+        "fts_filter_source_5pct": (
+            "rag.search_fts",
+            lambda i: {"query": texts[i], "k": k, "filters": {"source_ids": [SOURCE_5PCT]}},
+        ),
+        "vector": ("rag.search_vector", lambda i: vector_args(i, {})),
+        "vector_filter_source_25pct": ("rag.search_vector", lambda i: vector_args(i, {"source_ids": [SOURCE_25PCT]})),
+        "vector_filter_source_5pct": ("rag.search_vector", lambda i: vector_args(i, {"source_ids": [SOURCE_5PCT]})),
+        "vector_filter_docs_20": ("rag.search_vector", lambda i: vector_args(i, {"doc_ids": doc_ids_20})),
+        "hybrid_fuse": ("rag.search_hybrid", lambda i: {"query": texts[i], "k": k, "mode": "fuse"}),
+        "hybrid_fuse_filter_source_25pct": (
+            "rag.search_hybrid",
+            lambda i: {"query": texts[i], "k": k, "mode": "fuse", "filters": {"source_ids": [SOURCE_25PCT]}},
+        ),
+        "hybrid_fts_then_vec": ("rag.search_hybrid", lambda i: {"query": texts[i], "k": k, "mode": "fts_then_vec"}),
+        "hybrid_fts_then_vec_filter_source_25pct": (
+            "rag.search_hybrid",
+            lambda i: {"query": texts[i], "k": k, "mode": "fts_then_vec", "filters": {"source_ids": [SOURCE_25PCT]}},
+        ),
+    }
+
+    async def run_all() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, (tool, make_args) in cases.items():
+            spec = handler.find_tool(tool)
+            times, found = [], []
+            warm = CallContext(endpoint="rag", tool_name=tool, runtime=handler.services.runtime, deadline=time.monotonic() + 60)
+            await handler.execute_tool(spec, make_args(len(texts) - 1), warm)
+            if tool == "rag.search_hybrid":  # every hybrid case pays for embedding its queries
+                handler.query_cache = QueryEmbeddingCache(embedder, max_entries=1024)
+            for i in range(len(texts)):
+                ctx = CallContext(
+                    endpoint="rag", tool_name=tool, runtime=handler.services.runtime, deadline=time.monotonic() + 30
+                )
+                started, cpu_started = time.perf_counter(), time.process_time()
+                result = await handler.execute_tool(spec, make_args(i), ctx)
+                times.append((time.perf_counter() - started, time.process_time() - cpu_started))
+                if result["isError"]:
+                    raise RuntimeError(f"{name}: {result['structuredContent']}")
+                found.append([hit["chunk_id"] for hit in result["structuredContent"]["results"]])
+            out[name] = percentiles(times)
+            if tool == "rag.search_vector":
+                out[name]["_found"] = found
+        return out
+
+    results = anyio.run(run_all)
+    # Recall through the tool: chunk ids back to rowids, against the layer's exact truth.
+    for name, truth_key in (
+        ("vector", "none"),
+        ("vector_filter_source_25pct", "source_25pct"),
+        ("vector_filter_source_5pct", "source_5pct"),
+        ("vector_filter_docs_20", "docs_20"),
+    ):
+        found = results[name].pop("_found")
+        ids = sorted({c for row in found for c in row} - rowid_of.keys())
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            rowid_of.update(
+                conn.execute(
+                    f"SELECT chunk_id, chunk_rowid FROM rag_chunks WHERE chunk_id IN ({','.join('?' * len(part))})", part
+                ).fetchall()
+            )
+        hits = sum(len({rowid_of[c] for c in row} & set(t)) for row, t in zip(found, truth[truth_key], strict=True))
+        results[name]["recall_at_10"] = round(hits / max(1, sum(len(t) for t in truth[truth_key])), 4)
+    for name in list(results):
+        base = name.split("_filter_")[0]
+        if base != name:
+            results[name]["p50_over_unfiltered"] = round(results[name]["p50_ms"] / results[base]["p50_ms"], 2)
+            results[name]["cpu_p50_over_unfiltered"] = round(
+                results[name]["cpu_p50_ms"] / max(results[base]["cpu_p50_ms"], 1e-6), 2
+            )
+    embed_times = []
+    for text in texts:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        embedder.embed([text + " x"])  # not the cached query: the real model's cost per query
+        embed_times.append((time.perf_counter() - started, time.process_time() - cpu_started))
+    results["query_embedding_alone"] = percentiles(embed_times)
+    anyio.run(handler.close)
+    return results

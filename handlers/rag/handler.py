@@ -1,0 +1,331 @@
+"""/mcp/rag: the retrieval tools of seed 000 over the index in <data_dir>/rag.db.
+
+Search tools return identifiers and scores; rag.get_chunks / rag.get_docs return content. Every
+tool enforces the rag-* caps (limits.py) and reports `truncated` and `stats`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, ClassVar
+
+import anyio
+import numpy as np
+
+from gateway.errors import InvalidArgument, NotFound, Unavailable
+from gateway.store import ConfigModule
+from gateway.variables import Variable
+from handlers.base import CallContext, tool
+from handlers.rag import content, fts, search
+from handlers.rag.fetch import FetchTools
+from handlers.rag.filters import FilterSQL, all_sources_enabled, build_filter
+from handlers.rag.index import RagIndex
+from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
+from handlers.rag.ingest.tools import SyncTools
+from handlers.rag.limits import Call, Caps, fit_to_bytes
+from handlers.rag.models import (
+    AdminStatsIn,
+    AdminStatsOut,
+    Filters,
+    GetChunksIn,
+    GetChunksOut,
+    GetDocsIn,
+    GetDocsOut,
+    SearchFtsIn,
+    SearchHybridIn,
+    SearchOutput,
+    SearchVectorIn,
+    Stats,
+)
+
+_ENVELOPE_BYTES = 512  # room for `truncated`, `stats` and the keys around the result list
+
+
+def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
+    return Variable(name=name, kind=kind, default=str(default), help=help, **kw)
+
+
+RAG_VARIABLES: tuple[Variable, ...] = (
+    _v("rag-k_max", "int", 50, "Most results one rag search returns, and most ids one rag.get_* call serves.", minimum=1, maximum=1000),
+    _v("rag-candidates_max", "int", 500, "Most candidates a rag search ranks (fts_k, vec_k, candidates_k, offset + k).", minimum=1, maximum=100_000),
+    _v("rag-query_max_bytes", "int", 8192, "Longest rag query text, in bytes; longer is LIMIT_EXCEEDED.", minimum=16, maximum=1_048_576),
+    _v("rag-response_max_bytes", "int", 5_000_000, "Largest rag tool response, in bytes of JSON; results beyond it are cut (truncated: true).", minimum=1024, maximum=64_000_000),
+    _v("rag-timeout_ms", "int", 2000, "Deadline of one rag tool call, in milliseconds (DEADLINE_EXCEEDED past it).", minimum=10, maximum=600_000),
+    _v("rag-embedding_provider", "enum", "local", "Embedding provider of the index: local (all-MiniLM-L6-v2, offline), openai, ollama, or hash (tests only).", choices=("local", "openai", "ollama", "hash"), restart_required=True),
+    _v("rag-embedding_model", "str", "", "Embedding model name (openai/ollama); empty for local's own model.", restart_required=True),
+    _v("rag-embedding_api_base", "str", "", "Base URL of the openai/ollama embedding API.", restart_required=True),
+    _v("rag-embedding_api_key", "str", "", "API key of the embedding provider.", secret=True, restart_required=True),
+    _v("rag-embedding_dim", "int", 384, "Width of the embedding vectors (must match the model; fixed per index).", minimum=1, maximum=16384, restart_required=True),
+    _v("rag-query_cache_entries", "int", 1024, "Query embeddings kept in the LRU cache (0: no cache).", minimum=0, maximum=1_000_000, restart_required=True),
+)  # fmt: skip
+
+
+class RagHandler(SyncTools, FetchTools):
+    """The search and content tools are here; rag.admin.sync/rag.admin.jobs come from SyncTools
+    (ingestion) and rag.fetch_from_source from FetchTools."""
+
+    endpoint: ClassVar[str] = "rag"
+    title: ClassVar[str] = "Retrieval index"
+    instructions: ClassVar[str] = (
+        "Search with rag.search_hybrid (best default), rag.search_fts (exact words) or rag.search_vector (meaning); "
+        "then fetch text for the chunk_ids you keep with rag.get_chunks. Scores are higher-is-better in [0, 1]."
+    )
+    variables: ClassVar[tuple[Variable, ...]] = RAG_VARIABLES
+    config_modules: ClassVar[tuple[ConfigModule, ...]] = (RAG_SOURCES_MODULE,)
+
+    index: RagIndex | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def init(self) -> None:
+        await anyio.to_thread.run_sync(self._open)
+
+    def _open(self) -> None:
+        from handlers.rag.embeddings import QueryEmbeddingCache, make_embedder
+
+        runtime = self.services.runtime
+        embedder = make_embedder(
+            {
+                "provider": runtime.var("rag-embedding_provider"),
+                "model": runtime.var("rag-embedding_model"),
+                "api_base": runtime.var("rag-embedding_api_base"),
+                "api_key": runtime.var("rag-embedding_api_key"),
+                "dim": runtime.var("rag-embedding_dim"),
+            }
+        )
+        if runtime.var("rag-embedding_provider") == "local":
+            # Load the model now, not inside the first search: loading takes about a second,
+            # which would spend most of that call's rag-timeout_ms.
+            embedder.embed(["warm up"])
+        self.embedder = embedder
+        self.query_cache = QueryEmbeddingCache(embedder, max_entries=runtime.var("rag-query_cache_entries"))
+        self.index = RagIndex.open(self.services.data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
+        self.services.shared["rag_index"] = self.index
+        self.services.shared["rag_embedder"] = embedder
+        self.start_ingest()
+
+    async def close(self) -> None:
+        await anyio.to_thread.run_sync(self.stop_ingest)
+        if self.index is not None:
+            index, self.index = self.index, None
+            self.services.shared.pop("rag_index", None)
+            await anyio.to_thread.run_sync(index.close)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _index(self) -> RagIndex:
+        if self.index is None:
+            raise Unavailable("the RAG index is not open")
+        return self.index
+
+    def _filter(self, index: RagIndex, filters: Filters) -> FilterSQL:
+        return build_filter(filters, all_sources_enabled=all_sources_enabled(index.conn))
+
+    def _query_vector(self, text: str) -> np.ndarray:
+        return self.query_cache.embed_query(text)
+
+    def _check_model(self, index: RagIndex, model: str | None) -> None:
+        name = index.embedding_model_id.split(":", 1)[-1]
+        if model is not None and model not in (index.embedding_model_id, name, name.split("@", 1)[0]):
+            raise InvalidArgument(
+                f"the index was built with embedding model {index.embedding_model_id!r}; a query embedded by {model!r} "
+                "cannot be compared with it"
+            )
+
+    def _search_output(self, call: Call, results: list[dict[str, Any]], *, k_requested: int, mode: str) -> SearchOutput:
+        fitted, cut = fit_to_bytes(results, call.caps.response_max_bytes - _ENVELOPE_BYTES)
+        return SearchOutput(
+            results=fitted,
+            truncated=call.truncated or cut,
+            stats=Stats(k_requested=k_requested, k_returned=len(fitted), ms=call.ms(), mode=mode),
+        )
+
+    # -- search tools ----------------------------------------------------------------------
+    @tool("rag.search_fts", title="Keyword search", read_only=True)
+    def search_fts(self, args: SearchFtsIn, ctx: CallContext) -> SearchOutput:
+        """Keyword (FTS5, bm25) search over the indexed chunks. Returns chunk ids, scores
+        (score_fts in [0,1], higher is better; score_fts_raw is SQLite's bm25) and, on request,
+        highlighted snippets; fetch text with rag.get_chunks. The query's words are matched
+        (any of them, stemmed); syntax "fts5" takes FTS5 query syntax as written."""
+        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        call.check_query(args.query)
+        match = fts.build_match(args.query, syntax=args.syntax)
+        if match is None:
+            raise InvalidArgument("the query has no searchable words")
+        call.truncated |= match.terms_dropped
+        k = call.clamp(args.k, call.caps.k_max)
+        k = max(0, call.clamp(args.offset + k, call.caps.candidates_max) - args.offset)
+        conn = index.conn
+        with call.sqlite_deadline(conn):
+            flt = self._filter(index, args.filters)
+            scored = search.search_fts(conn, match, flt, k=k, offset=args.offset)
+            results = search.hits(conn, scored, args.return_, match=match, keep=("score_fts", "score_fts_raw"))
+        return self._search_output(call, results, k_requested=args.k, mode="fts")
+
+    @tool("rag.search_vector", title="Semantic search", read_only=True)
+    def search_vector(self, args: SearchVectorIn, ctx: CallContext) -> SearchOutput:
+        """Nearest chunks by meaning. Give query_text (embedded with the index's model) or
+        query_embedding {dim, values_b64: float32 little-endian, base64}, used as given. score_vec
+        in [0,1] is 1 - cosine_distance/2; distance_raw is the cosine distance."""
+        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        if (args.query_text is None) == (args.query_embedding is None):
+            raise InvalidArgument("give exactly one of query_text and query_embedding")
+        self._check_model(index, args.embedding.model if args.embedding else None)
+        match = None
+        if args.query_text is not None:
+            call.check_query(args.query_text, name="query_text")
+            query = self._query_vector(args.query_text)
+            match = fts.build_match(args.query_text)  # for snippets only
+        else:
+            self._check_model(index, args.query_embedding.model)
+            query = _decode_embedding(args.query_embedding.values_b64, args.query_embedding.dim, index.dim)
+        call.check_deadline()
+        k = call.clamp(args.k, call.caps.k_max)
+        conn = index.conn
+        with call.sqlite_deadline(conn):
+            flt = self._filter(index, args.filters)
+            scored = search.search_vector(index, conn, query, flt, k=k)
+            results = search.hits(conn, scored, args.return_, match=match, keep=("score_vec", "distance_raw"))
+        return self._search_output(call, results, k_requested=args.k, mode="vector")
+
+    @tool("rag.search_hybrid", title="Hybrid search", read_only=True)
+    def search_hybrid(self, args: SearchHybridIn, ctx: CallContext) -> SearchOutput:
+        """Keyword and semantic search combined: the best default. mode "fuse" ranks by
+        reciprocal rank fusion of the FTS and vector rankings (weights w_fts/w_vec, constant
+        rrf_k0, candidates fts_k/vec_k), with pseudo-relevance feedback: the query vector is
+        moved towards the top feedback_docs fused chunks and the vector ranking redone
+        (feedback_docs 0 turns it off). mode "fts_then_vec" takes the top candidates_k FTS
+        matches and re-ranks them by vector similarity (vec_metric cosine|l2|dot), keeping
+        rerank_k. score in [0,1], higher is better; score_fts/score_vec and the raw values are
+        given alongside, and debug.rank_fts/rank_vec show where each hit ranked."""
+        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        call.check_query(args.query)
+        match = fts.build_match(args.query)
+        if match is not None:
+            call.truncated |= match.terms_dropped
+        query = self._query_vector(args.query)
+        call.check_deadline()
+        k = call.clamp(args.k, call.caps.k_max)
+        conn = index.conn
+        keep = ("score_fts", "score_fts_raw", "score_vec", "distance_raw", "debug")
+        with call.sqlite_deadline(conn):
+            flt = self._filter(index, args.filters)
+            if args.mode == "fuse":
+                scored = search.search_fuse(index, conn, call, match, query, flt, args.fuse, k=k)
+            else:
+                scored = search.search_fts_then_vec(index, conn, call, match, query, flt, args.fts_then_vec, k=k)
+            results = search.hits(conn, scored, args.return_, match=match, keep=keep)
+        return self._search_output(call, results, k_requested=args.k, mode=args.mode)
+
+    # -- content tools ---------------------------------------------------------------------
+    @tool("rag.get_chunks", title="Fetch chunks", read_only=True)
+    def get_chunks(self, args: GetChunksIn, ctx: CallContext) -> GetChunksOut:
+        """Chunk text for grounding, by chunk_id, in the order given. Optional: diversity
+        {lambda} re-orders by maximal marginal relevance (pushes near-duplicates down), and
+        max_output_tokens caps the total body text (about 4 characters per token). Ids not in
+        the index are listed in `missing`; NOT_FOUND if none is."""
+        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        wanted = list(dict.fromkeys(args.chunk_ids))
+        served = wanted[: call.clamp(len(wanted), call.caps.k_max)]
+        conn = index.conn
+        with call.sqlite_deadline(conn):
+            chunks, rowids = content.load_chunks(conn, served, args.return_)
+            if not chunks:
+                raise NotFound(f"none of the {len(served)} chunk_ids is in the index")
+            if args.diversity is not None:
+                chunks = content.mmr_order(conn, chunks, rowids, dim=index.dim, lam=args.diversity.lambda_)
+        if args.max_output_tokens is not None:
+            chunks, cut = content.apply_token_budget(chunks, args.max_output_tokens)
+            call.truncated |= cut
+        fitted, cut = fit_to_bytes(chunks, call.caps.response_max_bytes - _ENVELOPE_BYTES, text_field="body")
+        missing = [c for c in served if c not in rowids]
+        return GetChunksOut(
+            chunks=fitted,
+            missing=missing,
+            truncated=call.truncated or cut,
+            stats=Stats(k_requested=len(args.chunk_ids), k_returned=len(fitted), ms=call.ms(), mode="chunks"),
+        )
+
+    @tool("rag.get_docs", title="Fetch documents", read_only=True)
+    def get_docs(self, args: GetDocsIn, ctx: CallContext) -> GetDocsOut:
+        """Whole canonical documents by doc_id (title, body, metadata, pk_json of the source
+        row). Bodies can be long: prefer rag.get_chunks for grounding. Ids not in the index are
+        listed in `missing`; NOT_FOUND if none is."""
+        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        wanted = list(dict.fromkeys(args.doc_ids))
+        served = wanted[: call.clamp(len(wanted), call.caps.k_max)]
+        conn = index.conn
+        with call.sqlite_deadline(conn):
+            docs = content.load_docs(conn, served, args.return_)
+        if not docs:
+            raise NotFound(f"none of the {len(served)} doc_ids is in the index")
+        fitted, cut = fit_to_bytes(
+            docs, call.caps.response_max_bytes - _ENVELOPE_BYTES, text_field="body" if args.return_.include_body else None
+        )
+        found = {d["doc_id"] for d in docs}
+        return GetDocsOut(
+            docs=fitted,
+            missing=[d for d in served if d not in found],
+            truncated=call.truncated or cut,
+            stats=Stats(k_requested=len(args.doc_ids), k_returned=len(fitted), ms=call.ms(), mode="docs"),
+        )
+
+    @tool("rag.admin.stats", title="Index statistics", read_only=True)
+    def admin_stats(self, args: AdminStatsIn, ctx: CallContext) -> AdminStatsOut:
+        """Per-source document and chunk counts with the last sync, and the index's size,
+        schema version and embedding model."""
+        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        conn = index.conn
+        with call.sqlite_deadline(conn):
+            counts = index.source_counts()
+            sources = [
+                {
+                    "source_id": row[0],
+                    "source_name": row[1],
+                    "enabled": bool(row[2]),
+                    "docs": counts.get(row[0], {}).get("docs", 0),
+                    "chunks": counts.get(row[0], {}).get("chunks", 0),
+                    "last_sync": row[3],
+                    "last_error": row[4],
+                }
+                for row in conn.execute(
+                    "SELECT s.source_id, s.name, s.enabled, st.last_ok_at, st.last_error FROM rag_sources s"
+                    " LEFT JOIN rag_sync_state st ON st.source_id = s.source_id ORDER BY s.source_id"
+                )
+            ]
+            meta = index.meta()
+            totals = {
+                "docs": conn.execute("SELECT count(*) FROM rag_documents").fetchall()[0][0],
+                "chunks": conn.execute("SELECT count(*) FROM rag_chunks").fetchall()[0][0],
+                "vectors": conn.execute("SELECT count(*) FROM rag_vec_chunks").fetchall()[0][0],
+            }
+        size = sum(p.stat().st_size for p in (index.path, index.path.with_name(index.path.name + "-wal")) if p.exists())
+        return AdminStatsOut(
+            sources=sources,
+            index={
+                **totals,
+                "size_bytes": size,
+                "schema_version": int(meta.get("schema_version", 0)),
+                "embedding_model": meta.get("embedding_model", ""),
+                "embedding_dim": int(meta.get("embedding_dim", 0)),
+            },
+            truncated=False,
+            stats=Stats(k_requested=0, k_returned=len(sources), ms=call.ms(), mode="stats"),
+        )
+
+
+def _decode_embedding(values_b64: str, dim: int, index_dim: int) -> np.ndarray:
+    """A caller's query vector, exactly as sent (float32 little-endian), after shape checks."""
+    if dim != index_dim:
+        raise InvalidArgument(f"query_embedding has dim {dim}; the index's vectors have {index_dim}")
+    try:
+        raw = base64.b64decode(values_b64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidArgument("query_embedding.values_b64 is not valid base64") from exc
+    if len(raw) != 4 * dim:
+        raise InvalidArgument(f"query_embedding.values_b64 holds {len(raw)} bytes; dim {dim} needs {4 * dim}")
+    vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.all(np.isfinite(vector)):
+        raise InvalidArgument("query_embedding has NaN or infinite values")
+    if not np.any(vector):
+        raise InvalidArgument("query_embedding is all zeros")
+    return vector

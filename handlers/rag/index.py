@@ -1,0 +1,333 @@
+"""The RAG index (rag.db): opening and migrating it, and the writer API ingestion calls.
+
+    RagIndex.open(path, embedding_model_id=..., dim=...)   schema applied, model checked
+    index.conn                                              this thread's connection
+    index.write_batch(docs, delete_doc_ids=..., in_transaction=...)
+
+`write_batch` is the only way content enters the index: documents, chunks, their FTS rows
+(triggers on rag_chunks), their vectors (handlers/rag/vectors.py) and the caller's own
+bookkeeping (the sync cursor) commit in ONE transaction, so a crash can never leave the
+keyword index, the vectors and the sync state out of step.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import apsw
+import numpy as np
+
+from gateway import sqlite
+from gateway.errors import ConfigError
+from handlers.rag.metadata import HotFields, normalise_timestamp, parse_tags
+
+__all__ = ["ChunkRecord", "DocumentRecord", "RagIndex", "normalise_timestamp", "parse_tags"]
+
+SCHEMA_VERSION = 1
+# Forward migrations: MIGRATIONS[v] takes a version-v index to v+1 (run before the schema section,
+# which then creates whatever is new with IF NOT EXISTS). Version 1 is the first released shape.
+MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {}
+
+
+@dataclass
+class ChunkRecord:
+    chunk_id: str
+    chunk_index: int
+    title: str
+    body: str
+    metadata: dict[str, Any]
+    content_hash: str
+    embedding: np.ndarray | None  # None: the text is unchanged, keep the stored vector
+
+
+@dataclass
+class DocumentRecord:
+    doc_id: str
+    source_id: int
+    source_name: str
+    pk_json: dict[str, Any]
+    title: str
+    body: str
+    metadata: dict[str, Any]
+    updated_at: str | None
+    chunks: list[ChunkRecord] = field(default_factory=list)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+# -- the index -----------------------------------------------------------------------------------
+_SOURCE_COLUMNS = [
+    "name",
+    "enabled",
+    "backend_type",
+    "backend_host",
+    "backend_port",
+    "backend_user",
+    "backend_pass",
+    "backend_db",
+    "table_name",
+    "pk_column",
+    "where_sql",
+    "target_id",
+    "doc_map_json",
+    "chunking_json",
+    "embedding_json",
+]
+
+
+class RagIndex:
+    """One rag.db: per-thread apsw connections, the recorded embedding model, the vector index."""
+
+    def __init__(self, path: Path, *, embedding_model_id: str, dim: int) -> None:
+        from handlers.rag import vectors  # the ANN helper's module (vector storage and search)
+
+        self.path = Path(path)
+        self.embedding_model_id = embedding_model_id
+        self.dim = dim
+        self._vectors_module = vectors
+        self._local = threading.local()
+        self._connections: list[apsw.Connection] = []
+        self._lock = threading.Lock()
+        self.vectors = vectors.VectorIndex(self.path, dim=dim)
+
+    @classmethod
+    def open(cls, path: Path, *, embedding_model_id: str, dim: int) -> RagIndex:
+        """Create or open the index, migrate its schema forward, and check the embedding model.
+
+        Raises ConfigError when the index was built with another model or dimension: mixing
+        vectors of two models gives meaningless distances, so the index must be rebuilt.
+        """
+        if dim < 1:
+            raise ConfigError(f"embedding dim must be positive, got {dim}")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite.connect(path, vec=False)
+        try:
+            _prepare_schema(conn, embedding_model_id=embedding_model_id, dim=dim)
+        finally:
+            conn.close()
+        return cls(path, embedding_model_id=embedding_model_id, dim=dim)
+
+    @property
+    def conn(self) -> apsw.Connection:
+        """This thread's connection (apsw connections are cheap; sharing one serialises readers)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite.connect(self.path, vec=False)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        close_vectors = getattr(self.vectors, "close", None)
+        if close_vectors is not None:
+            close_vectors()
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # -- meta ------------------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        return {row["key"]: row["value"] for row in sqlite.rows(self.conn, "SELECT key, value FROM rag_meta")}
+
+    # -- sources ---------------------------------------------------------------------------
+    def upsert_source(self, source_id: int, name: str, **fields: Any) -> None:
+        """Insert or update a source; `fields` are rag_sources columns (JSON columns take dicts)."""
+        unknown = set(fields) - set(_SOURCE_COLUMNS)
+        if unknown:
+            raise ValueError(f"rag_sources has no column(s) {', '.join(sorted(unknown))}")
+        values = {
+            "name": name,
+            **{k: (_json(v) if k.endswith("_json") and not isinstance(v, str) else v) for k, v in fields.items()},
+        }
+        columns = list(values)  # names come from _SOURCE_COLUMNS, never from a request
+        assignments = ", ".join(f"{c} = excluded.{c}" for c in columns)
+        sql = (
+            f"INSERT INTO rag_sources (source_id, {', '.join(columns)}) VALUES (?, {', '.join('?' * len(columns))}) "
+            f"ON CONFLICT (source_id) DO UPDATE SET {assignments}, updated_at = strftime('%Y-%m-%dT%H:%M:%SZ', 'now')"
+        )
+        with sqlite.transaction(self.conn):
+            self.conn.execute(sql, (source_id, *values.values()))
+
+    def delete_source(self, source_id: int) -> None:
+        """Remove a source and everything indexed from it (vectors included)."""
+        conn = self.conn
+        with sqlite.transaction(conn):
+            rowids = [r[0] for r in conn.execute("SELECT chunk_rowid FROM rag_chunks WHERE source_id = ?", (source_id,))]
+            self._vectors_module.delete_vectors(conn, rowids)
+            conn.execute("DELETE FROM rag_chunks WHERE source_id = ?", (source_id,))
+            conn.execute("DELETE FROM rag_sources WHERE source_id = ?", (source_id,))
+
+    def doc_ids_for_source(self, source_id: int) -> Iterator[str]:
+        for (doc_id,) in self.conn.execute("SELECT doc_id FROM rag_documents WHERE source_id = ? ORDER BY doc_id", (source_id,)):
+            yield doc_id
+
+    def source_counts(self) -> dict[int, dict[str, int]]:
+        """{source_id: {docs, chunks}}: each count from its own table (a join would multiply)."""
+        counts = {sid: {"docs": 0, "chunks": 0} for (sid,) in self.conn.execute("SELECT source_id FROM rag_sources")}
+        for sid, n in self.conn.execute("SELECT source_id, count(*) FROM rag_documents GROUP BY source_id"):
+            counts.setdefault(sid, {"docs": 0, "chunks": 0})["docs"] = n
+        for sid, n in self.conn.execute("SELECT source_id, count(*) FROM rag_chunks GROUP BY source_id"):
+            counts.setdefault(sid, {"docs": 0, "chunks": 0})["chunks"] = n
+        return counts
+
+    # -- content ---------------------------------------------------------------------------
+    def chunk_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        """{chunk_id: content_hash} of these documents' stored chunks (to skip re-embedding)."""
+        result: dict[str, str] = {}
+        ids = list(doc_ids)
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            sql = f"SELECT chunk_id, content_hash FROM rag_chunks WHERE doc_id IN ({','.join('?' * len(part))})"
+            result.update(dict(self.conn.execute(sql, part)))
+        return result
+
+    def write_batch(
+        self,
+        docs: Sequence[DocumentRecord],
+        *,
+        delete_doc_ids: Sequence[str] = (),
+        in_transaction: Callable[[apsw.Connection], None] | None = None,
+    ) -> None:
+        """Upsert `docs` (replacing their chunks), delete `delete_doc_ids`, run the callback: one transaction."""
+        conn = self.conn
+        with sqlite.transaction(conn):
+            vec_rowids: list[int] = []
+            vec_rows: list[np.ndarray] = []
+            stale: list[int] = []
+            for doc in docs:
+                self._write_document(conn, doc, vec_rowids, vec_rows, stale)
+            for doc_id in delete_doc_ids:
+                stale.extend(r[0] for r in conn.execute("SELECT chunk_rowid FROM rag_chunks WHERE doc_id = ?", (doc_id,)))
+            if stale:
+                self._vectors_module.delete_vectors(conn, stale)
+                conn.executemany("DELETE FROM rag_chunks WHERE chunk_rowid = ?", [(r,) for r in stale])
+            if delete_doc_ids:
+                conn.executemany("DELETE FROM rag_documents WHERE doc_id = ?", [(d,) for d in delete_doc_ids])
+            if vec_rowids:
+                self._vectors_module.write_vectors(conn, vec_rowids, np.vstack(vec_rows))
+            if in_transaction is not None:
+                in_transaction(conn)
+
+    def _write_document(
+        self, conn: apsw.Connection, doc: DocumentRecord, vec_rowids: list[int], vec_rows: list[np.ndarray], stale: list[int]
+    ) -> None:
+        hot = HotFields.of(doc.metadata)
+        conn.execute(
+            "INSERT INTO rag_documents (doc_id, source_id, source_name, pk_json, title, body, metadata_json, updated_at,"
+            " doc_score, post_type_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (doc_id) DO UPDATE SET source_id = excluded.source_id, source_name = excluded.source_name,"
+            " pk_json = excluded.pk_json, title = excluded.title, body = excluded.body, metadata_json = excluded.metadata_json,"
+            " updated_at = excluded.updated_at, doc_score = excluded.doc_score, post_type_id = excluded.post_type_id,"
+            " created_at = excluded.created_at, indexed_at = strftime('%Y-%m-%dT%H:%M:%SZ', 'now')",
+            (
+                doc.doc_id, doc.source_id, doc.source_name, _json(doc.pk_json), doc.title, doc.body,
+                _json(doc.metadata), doc.updated_at, hot.doc_score, hot.post_type_id, hot.created_at,
+            ),
+        )  # fmt: skip
+        conn.execute("DELETE FROM rag_doc_tags WHERE doc_id = ?", (doc.doc_id,))
+        conn.executemany("INSERT INTO rag_doc_tags (tag, doc_id) VALUES (?, ?)", [(t, doc.doc_id) for t in hot.tags])
+
+        existing = {
+            index: (rowid, content_hash)
+            for rowid, index, content_hash in conn.execute(
+                "SELECT chunk_rowid, chunk_index, content_hash FROM rag_chunks WHERE doc_id = ?", (doc.doc_id,)
+            )
+        }
+        seen_indexes = set()
+        for chunk in doc.chunks:
+            if chunk.chunk_index in seen_indexes:
+                raise ValueError(f"document {doc.doc_id}: chunk_index {chunk.chunk_index} given twice")
+            seen_indexes.add(chunk.chunk_index)
+            common = (chunk.metadata, chunk.content_hash, doc.updated_at, hot.doc_score, hot.post_type_id, hot.created_at)
+            old = existing.get(chunk.chunk_index)
+            if old is not None and old[1] == chunk.content_hash:
+                rowid = old[0]  # same text: the FTS trigger (on title/body) does not fire
+                conn.execute(
+                    "UPDATE rag_chunks SET chunk_id = ?, source_id = ?, metadata_json = ?, content_hash = ?, updated_at = ?,"
+                    " doc_score = ?, post_type_id = ?, created_at = ? WHERE chunk_rowid = ?",
+                    (chunk.chunk_id, doc.source_id, _json(common[0]), *common[1:], rowid),
+                )
+            elif old is not None:
+                rowid = old[0]
+                if chunk.embedding is None:
+                    raise ValueError(f"chunk {chunk.chunk_id}: its text changed, so it needs an embedding")
+                conn.execute(
+                    "UPDATE rag_chunks SET chunk_id = ?, source_id = ?, title = ?, body = ?, metadata_json = ?, content_hash = ?,"
+                    " updated_at = ?, doc_score = ?, post_type_id = ?, created_at = ? WHERE chunk_rowid = ?",
+                    (chunk.chunk_id, doc.source_id, chunk.title, chunk.body, _json(common[0]), *common[1:], rowid),
+                )
+            else:
+                if chunk.embedding is None:
+                    raise ValueError(f"chunk {chunk.chunk_id} is new, so it needs an embedding")
+                conn.execute(
+                    "INSERT INTO rag_chunks (chunk_id, doc_id, source_id, chunk_index, title, body, metadata_json, content_hash,"
+                    " updated_at, doc_score, post_type_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        chunk.chunk_id,
+                        doc.doc_id,
+                        doc.source_id,
+                        chunk.chunk_index,
+                        chunk.title,
+                        chunk.body,
+                        _json(common[0]),
+                        *common[1:],
+                    ),
+                )
+                rowid = conn.last_insert_rowid()
+            if chunk.embedding is not None:
+                vec_rowids.append(rowid)
+                vec_rows.append(self._checked_vector(chunk))
+        stale.extend(rowid for index, (rowid, _) in existing.items() if index not in seen_indexes)
+
+    def _checked_vector(self, chunk: ChunkRecord) -> np.ndarray:
+        vector = np.asarray(chunk.embedding, dtype=np.float32).reshape(-1)
+        if vector.shape[0] != self.dim:
+            raise ValueError(f"chunk {chunk.chunk_id}: embedding has {vector.shape[0]} dims, the index has {self.dim}")
+        norm = float(np.linalg.norm(vector))
+        # Stored vectors are unit length: cosine, dot and L2 rankings then agree, and the ANN
+        # index's cosine distances convert exactly into the other metrics (see search.py).
+        return vector / norm if norm > 0 else vector
+
+
+def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int) -> None:
+    from handlers.rag import vectors
+
+    with sqlite.transaction(conn):
+        has_meta = sqlite.scalar(conn, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rag_meta'")
+        version = int(sqlite.scalar(conn, "SELECT value FROM rag_meta WHERE key = 'schema_version'") or 0) if has_meta else 0
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"rag.db has schema version {version}; this gateway knows up to {SCHEMA_VERSION}: upgrade the gateway"
+            )
+        if version:
+            for step in range(version, SCHEMA_VERSION):
+                MIGRATIONS[step](conn)
+        conn.execute(sqlite.schema_section("rag"))
+        meta = {row["key"]: row["value"] for row in sqlite.rows(conn, "SELECT key, value FROM rag_meta")}
+        if "embedding_model" in meta and (meta["embedding_model"], meta.get("embedding_dim")) != (embedding_model_id, str(dim)):
+            raise ConfigError(
+                f"rag.db was built with embedding model {meta['embedding_model']!r} ({meta.get('embedding_dim')} dims) but the "
+                f"configured embedder is {embedding_model_id!r} ({dim} dims); configure that model or rebuild the index "
+                "(move rag.db away and sync again)"
+            )
+        vectors.apply_vector_schema(conn, dim)
+        for key, value in (
+            ("schema_version", str(SCHEMA_VERSION)),
+            ("embedding_model", embedding_model_id),
+            ("embedding_dim", str(dim)),
+            ("created_at", normalise_timestamp(datetime.now(UTC)) or ""),
+        ):
+            conn.execute("INSERT INTO rag_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
+        conn.execute("UPDATE rag_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))

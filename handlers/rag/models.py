@@ -1,0 +1,275 @@
+"""Input and output models of the /mcp/rag tools (seed 000's contracts, plus what we add).
+
+Every list argument has a length bound so a request cannot make the server build an unbounded
+SQL parameter list; the caps that depend on runtime variables (k, candidates, bytes) are applied
+by the tools themselves and reported with `truncated`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from handlers.base import ToolInput, ToolOutput
+
+MAX_FILTER_VALUES = 1000  # per filter list
+MAX_IDS = 1000  # chunk_ids / doc_ids per get_* call (rag-k_max then cuts what is returned)
+
+
+# -- shared pieces ---------------------------------------------------------------------------
+class Filters(ToolInput):
+    """The shared filter model: every field narrows the result; lists within a field are OR."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    source_ids: list[int] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Only these sources.")
+    source_names: list[str] | None = Field(
+        None, max_length=MAX_FILTER_VALUES, description="Only these sources, by name (intersected with source_ids)."
+    )
+    doc_ids: list[str] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Only chunks of these documents.")
+    min_score: float | None = Field(None, description="Documents whose metadata Score is at least this.")
+    post_type_ids: list[int] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Metadata PostTypeId in this list.")
+    tags_any: list[str] | None = Field(
+        None, max_length=MAX_FILTER_VALUES, description="Documents with at least one of these tags."
+    )
+    tags_all: list[str] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Documents with every one of these tags.")
+    created_after: datetime | None = Field(None, description="Metadata CreationDate strictly after this (ISO 8601; naive = UTC).")
+    created_before: datetime | None = Field(None, description="Metadata CreationDate strictly before this.")
+
+
+class SearchReturn(ToolInput):
+    include_title: bool = True
+    include_metadata: bool = True
+    include_snippets: bool = Field(False, description="Add FTS5-highlighted snippets of the matched terms (bounded).")
+    snippet_tokens: int = Field(24, ge=1, le=64, description="Most tokens per snippet.")
+
+
+class Stats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    k_requested: int
+    k_returned: int
+    ms: float
+    mode: str
+
+
+class Hit(BaseModel):
+    """One search result. `score` is higher-is-better in [0, 1] in every mode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chunk_id: str
+    doc_id: str
+    source_id: int
+    source_name: str
+    score: float
+    score_fts: float | None = None  # bm25 mapped to [0,1): x/(1+x) with x = -bm25
+    score_fts_raw: float | None = None  # SQLite bm25(), lower is better
+    score_vec: float | None = None  # 1 - cosine_distance/2
+    distance_raw: float | None = None  # in the metric used: cosine distance, L2 distance, or -dot
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+    snippet: str | None = None
+    debug: dict[str, Any] | None = None
+
+
+class SearchOutput(ToolOutput):
+    results: list[Hit]
+    truncated: bool
+    stats: Stats
+
+
+# -- rag.search_fts ----------------------------------------------------------------------------
+class SearchFtsIn(ToolInput):
+    query: str = Field(..., min_length=1, description="Words to look for. Quoted into FTS5 syntax unless syntax='fts5'.")
+    syntax: Literal["text", "fts5"] = Field(
+        "text", description="text: any of the words, ranked by bm25 (safe for any input). fts5: the query is FTS5 MATCH syntax."
+    )
+    k: int = Field(10, ge=1, description="Results wanted (capped by rag-k_max).")
+    offset: int = Field(0, ge=0, description="Skip this many ranked results (offset + k is capped by rag-candidates_max).")
+    filters: Filters = Field(default_factory=Filters)
+    return_: SearchReturn = Field(default_factory=SearchReturn, alias="return")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# -- rag.search_vector -------------------------------------------------------------------------
+class QueryEmbedding(ToolInput):
+    dim: int = Field(..., ge=1, le=16384)
+    values_b64: str = Field(..., description="float32 little-endian values, base64 encoded; used as given.")
+    model: str | None = Field(None, description="Model that produced the vector; refused unless it is the index's model.")
+
+
+class EmbeddingOptions(ToolInput):
+    model: str | None = Field(None, description="Must equal the index's embedding model if given.")
+
+
+class SearchVectorIn(ToolInput):
+    query_text: str | None = Field(None, min_length=1, description="Text to embed with the index's model.")
+    query_embedding: QueryEmbedding | None = Field(None, description="A precomputed query vector (instead of query_text).")
+    k: int = Field(10, ge=1)
+    filters: Filters = Field(default_factory=Filters)
+    embedding: EmbeddingOptions | None = None
+    return_: SearchReturn = Field(default_factory=SearchReturn, alias="return")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# -- rag.search_hybrid -------------------------------------------------------------------------
+class FuseParams(ToolInput):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    fts_k: int = Field(100, ge=1, description="FTS candidates fused (capped by rag-candidates_max).")
+    vec_k: int = Field(100, ge=1, description="Vector candidates fused (capped by rag-candidates_max).")
+    rrf_k0: float = Field(20.0, ge=0, description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec).")
+    w_fts: float = Field(1.0, ge=0)
+    w_vec: float = Field(1.25, ge=0)
+    w_all_terms: float = Field(
+        1.0, ge=0, description="Weight of a third ranking: the FTS matches that contain every query word (a precision signal)."
+    )
+    feedback_docs: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="Pseudo-relevance feedback: move the query vector towards the top N fused chunks and redo the vector ranking (0: off).",
+    )
+    feedback_weight: float = Field(
+        2.0, ge=0, le=10, description="Weight of the feedback centroid added to the unit query vector."
+    )
+
+
+class FtsThenVecParams(ToolInput):
+    candidates_k: int = Field(200, ge=1, description="FTS candidates re-ranked (capped by rag-candidates_max).")
+    rerank_k: int = Field(50, ge=1, description="Re-ranked candidates kept; results are the top k of them.")
+    vec_metric: Literal["cosine", "l2", "dot"] = "cosine"
+
+
+class SearchHybridIn(ToolInput):
+    query: str = Field(..., min_length=1)
+    k: int = Field(10, ge=1)
+    mode: Literal["fuse", "fts_then_vec"] = Field(
+        "fuse", description="fuse: RRF of FTS and vector ranks. fts_then_vec: FTS candidates re-ranked by vector similarity."
+    )
+    filters: Filters = Field(default_factory=Filters)
+    fuse: FuseParams = Field(default_factory=FuseParams)
+    fts_then_vec: FtsThenVecParams = Field(default_factory=FtsThenVecParams)
+    return_: SearchReturn = Field(default_factory=SearchReturn, alias="return")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# -- rag.get_chunks ----------------------------------------------------------------------------
+class ChunksReturn(ToolInput):
+    include_title: bool = True
+    include_doc_metadata: bool = True
+    include_chunk_metadata: bool = True
+
+
+class Diversity(ToolInput):
+    lambda_: float = Field(0.5, ge=0, le=1, alias="lambda", description="1 = keep the given order; 0 = most diverse.")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class GetChunksIn(ToolInput):
+    chunk_ids: list[str] = Field(..., min_length=1, max_length=MAX_IDS, description="In ranking order (best first).")
+    return_: ChunksReturn = Field(default_factory=ChunksReturn, alias="return")
+    diversity: Diversity | None = Field(None, description="Re-order by maximal marginal relevance over the chunk vectors.")
+    max_output_tokens: int | None = Field(
+        None, ge=1, description="Budget for the returned bodies, estimated at 4 characters per token; the last body is cut."
+    )
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Chunk(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    chunk_id: str
+    doc_id: str
+    source_id: int
+    source_name: str
+    title: str | None = None
+    body: str
+    body_truncated: bool = False
+    doc_metadata: dict[str, Any] | None = None
+    chunk_metadata: dict[str, Any] | None = None
+
+
+class GetChunksOut(ToolOutput):
+    chunks: list[Chunk]
+    missing: list[str]
+    truncated: bool
+    stats: Stats
+
+
+# -- rag.get_docs ------------------------------------------------------------------------------
+class DocsReturn(ToolInput):
+    include_body: bool = True
+    include_metadata: bool = True
+
+
+class GetDocsIn(ToolInput):
+    doc_ids: list[str] = Field(..., min_length=1, max_length=MAX_IDS)
+    return_: DocsReturn = Field(default_factory=DocsReturn, alias="return")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    doc_id: str
+    source_id: int
+    source_name: str
+    pk_json: dict[str, Any]
+    title: str
+    body: str | None = None
+    body_truncated: bool = False
+    metadata: dict[str, Any] | None = None
+    updated_at: str | None = None
+
+
+class GetDocsOut(ToolOutput):
+    docs: list[Doc]
+    missing: list[str]
+    truncated: bool
+    stats: Stats
+
+
+# -- rag.admin.stats ---------------------------------------------------------------------------
+class AdminStatsIn(ToolInput):
+    pass
+
+
+class SourceStats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source_id: int
+    source_name: str
+    enabled: bool
+    docs: int
+    chunks: int
+    last_sync: str | None
+    last_error: str | None
+
+
+class IndexStats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    docs: int
+    chunks: int
+    vectors: int
+    size_bytes: int
+    schema_version: int
+    embedding_model: str
+    embedding_dim: int
+
+
+class AdminStatsOut(ToolOutput):
+    sources: list[SourceStats]
+    index: IndexStats
+    truncated: bool
+    stats: Stats

@@ -1,0 +1,157 @@
+"""rag.admin.sync / rag.admin.jobs through the tool base's execute_tool (the path the server
+calls), over a SQLite source file: background jobs, one sync per source across processes,
+append-only (primary key cursor) change detection, periodic syncs, and errors as results.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.services import Services
+from handlers.base import CallContext
+from handlers.rag.embeddings import make_embedder
+from handlers.rag.index import RagIndex
+from handlers.rag.ingest.cli import index_embedding_config, open_config, run_sync
+from handlers.rag.ingest.jobs import SourceLock
+from handlers.rag.ingest.tools import SyncTools
+
+DOC_MAP = {"doc_id": {"format": "notes:{id}"}, "title": {"concat": [{"col": "title"}]}, "body": {"concat": [{"col": "body"}]}}
+
+
+class IngestHost(SyncTools):
+    """The smallest handler carrying the mixin: what RagHandler gives it (index, embedder)."""
+
+    endpoint = "rag"
+
+
+def make_corpus(path: Path, rows: int) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, title TEXT, body TEXT)")
+        conn.executemany(
+            "INSERT INTO notes VALUES (?, ?, ?)", [(i, f"note {i}", f"body of note {i} about herons") for i in range(1, rows + 1)]
+        )
+
+
+@pytest.fixture
+def host(tmp_path: Path):
+    corpus = tmp_path / "corpus.db"
+    make_corpus(corpus, 200)
+    store = open_config(tmp_path)
+    conn = store.conn()
+    conn.execute("INSERT INTO mcp_target_profiles (target_id, protocol, database) VALUES ('files', 'sqlite', ?)", (str(corpus),))
+    conn.execute(
+        "INSERT INTO rag_sources (source_id, name, target_id, table_name, pk_column, doc_map_json, sync_interval_s) VALUES (1, 'notes', 'files', 'notes', 'id', ?, 0)",
+        (json.dumps(DOC_MAP),),
+    )
+    store.set_variable("rag-embedding_provider", "hash")
+    for module in ("MCP VARIABLES", "MCP PROFILES", "RAG SOURCES"):
+        store.load_to_runtime(module)
+    runtime = store.read_runtime()
+    embedder = make_embedder(index_embedding_config(runtime))
+    services = Services(data_dir=tmp_path, store=store, runtime=runtime, stats=None, metrics=None)  # type: ignore[arg-type]
+    handler = IngestHost(services)
+    handler.embedder = embedder
+    handler.index = RagIndex.open(tmp_path / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
+    handler.start_ingest(periodic=False)
+    yield handler, corpus, store
+    handler.stop_ingest()
+    handler.index.close()
+
+
+def call(handler: IngestHost, name: str, arguments: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    spec = handler.find_tool(name)
+    ctx = CallContext(endpoint="rag", tool_name=name, runtime=handler.services.runtime, deadline=time.monotonic() + 10)
+    result = anyio.run(handler.execute_tool, spec, arguments, ctx)
+    return result["isError"], result["structuredContent"]
+
+
+def wait_job(handler: IngestHost, job_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        is_error, out = call(handler, "rag.admin.jobs", {"job_id": job_id})
+        assert not is_error, out
+        (job,) = out["jobs"]
+        if job["state"] in ("ok", "failed"):
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def test_sync_tool_answers_at_once_and_jobs_tool_reports_progress(host) -> None:
+    handler, corpus, _ = host
+    is_error, out = call(handler, "rag.admin.sync", {"source_names": ["notes"]})
+    assert not is_error and out["accepted"] is True and out["job_id"].startswith("sync-")
+    job = wait_job(handler, out["job_id"])
+    assert job["state"] == "ok", job
+    (progress,) = job["sources"]
+    assert progress["phase"] == "done" and progress["rows_total"] == progress["rows_read"] == 200
+    assert progress["docs_written"] == 200 and progress["chunks_embedded"] == 200 and progress["rows_per_s"] > 0
+
+    # Append-only source: the primary key is the cursor, so only new rows are read;
+    # the key scan still sees deletions.
+    with sqlite3.connect(corpus) as conn:
+        conn.executemany("INSERT INTO notes VALUES (?, ?, ?)", [(i, f"note {i}", "late arrival") for i in range(201, 206)])
+        conn.execute("DELETE FROM notes WHERE id IN (10, 11)")
+    _, out = call(handler, "rag.admin.sync", {})
+    job = wait_job(handler, out["job_id"])
+    (progress,) = job["sources"]
+    assert (progress["rows_read"], progress["docs_written"], progress["docs_deleted"]) == (5, 5, 2)
+    assert handler.index.conn.execute("SELECT count(*) FROM rag_documents").fetchall()[0][0] == 203
+
+    # The listing shows both jobs, newest first.
+    _, listing = call(handler, "rag.admin.jobs", {"limit": 1})
+    assert listing["truncated"] is True and listing["jobs"][0]["job_id"] == out["job_id"]
+
+
+def test_a_source_syncs_once_at_a_time_across_processes(host) -> None:
+    handler, _, _ = host
+    other = SourceLock(handler.services.data_dir, 1)  # what another worker or the CLI holds while syncing
+    assert other.acquire("sync-elsewhere")
+    try:
+        is_error, out = call(handler, "rag.admin.sync", {"source_names": ["notes"]})
+        assert not is_error and out["accepted"] is False and out["job_id"] == "sync-elsewhere"
+        assert "already running" in out["reason"]
+        # The terminal path is refused the same way (exit code 2), without touching the index.
+        assert run_sync(handler.services.data_dir, "notes", progress=False, out=io.StringIO()) == 2
+    finally:
+        other.release()
+    _, out = call(handler, "rag.admin.sync", {"source_names": ["notes"]})
+    assert out["accepted"] is True
+    assert wait_job(handler, out["job_id"])["state"] == "ok"
+
+
+def test_errors_are_structured_results(host) -> None:
+    handler, _, _ = host
+    is_error, out = call(handler, "rag.admin.sync", {"source_names": ["nope"]})
+    assert is_error and out["error"]["code"] == "NOT_FOUND"
+    is_error, out = call(handler, "rag.admin.jobs", {"job_id": "sync-unknown"})
+    assert is_error and out["error"]["code"] == "NOT_FOUND"
+    is_error, out = call(handler, "rag.admin.sync", {"source_names": "notes"})
+    assert is_error and out["error"]["code"] == "INVALID_ARGUMENT"
+
+
+def test_a_missing_source_file_fails_the_job_unavailable(host) -> None:
+    handler, corpus, _ = host
+    corpus.unlink()
+    _, out = call(handler, "rag.admin.sync", {"source_names": ["notes"]})
+    job = wait_job(handler, out["job_id"])
+    assert job["state"] == "failed" and job["error"]["code"] == "UNAVAILABLE"
+
+
+def test_periodic_sync_runs_when_due(host) -> None:
+    handler, _, store = host
+    store.conn().execute("UPDATE rag_sources SET sync_interval_s = 3600")
+    store.load_to_runtime("RAG SOURCES")
+    handler.services.runtime = store.read_runtime()
+    manager = handler.services.shared["rag_jobs"]
+    (job_id,) = manager.run_due()  # never synced: due now
+    assert wait_job(handler, job_id)["state"] == "ok"
+    assert manager.run_due() == []  # synced a moment ago: not due for an hour
