@@ -118,7 +118,7 @@ def _follow(manager: Any, job_id: str) -> dict[str, Any]:
                     bar = bars[name] = tqdm(total=item["rows_total"], desc=name, unit="row", file=sys.stderr, dynamic_ncols=True)
                 if item["rows_total"] is not None and bar.total != item["rows_total"]:
                     bar.total = item["rows_total"]
-                bar.n = item["rows_read"]
+                bar.n = item["rows_done"]
                 bar.set_postfix_str(
                     f"{item['phase']} chunks={item['chunks_written']} embedded={item['chunks_embedded']} skipped={item['rows_skipped']}",
                     refresh=False,

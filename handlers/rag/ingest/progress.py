@@ -52,10 +52,13 @@ class SourceProgress:
     def snapshot(self) -> dict[str, Any]:
         now = self.finished_at or time.time()
         elapsed_s = max(now - self.started_at, 1e-9) if self.started_at else 0.0
-        rows_per_s = self.rows_read / elapsed_s if elapsed_s else 0.0
+        # Done = committed to the index (or skipped as bad), not merely read: reading runs ahead
+        # of embedding, so a rate or ETA from rows read would promise far too early an end.
+        rows_done = min(self.rows_read, self.docs_written + self.rows_skipped)
+        rows_per_s = rows_done / elapsed_s if elapsed_s else 0.0
         eta_s = None
         if self.phase == "reading" and self.rows_total is not None and rows_per_s > 0:
-            eta_s = round(max(self.rows_total - self.rows_read, 0) / rows_per_s, 1)
+            eta_s = round(max(self.rows_total - rows_done, 0) / rows_per_s, 1)
         with self._lock:
             errors = list(self.errors)
         return {
@@ -63,6 +66,7 @@ class SourceProgress:
             "phase": self.phase,
             "rows_total": self.rows_total,
             "rows_read": self.rows_read,
+            "rows_done": rows_done,
             "rows_skipped": self.rows_skipped,
             "docs_written": self.docs_written,
             "docs_deleted": self.docs_deleted,

@@ -56,7 +56,8 @@ class SourceProgressOut(_Strict):
     source: str
     phase: str = Field(description="queued, connecting, counting, reading, key_scan, done or failed.")
     rows_total: int | None = Field(description="Rows past the cursor when the sync began (for the ETA).")
-    rows_read: int
+    rows_read: int = Field(description="Rows fetched from the source (reading runs ahead of embedding).")
+    rows_done: int = Field(description="Rows committed to the index or skipped: what rows_per_s and eta_s count.")
     rows_skipped: int
     docs_written: int
     docs_deleted: int
