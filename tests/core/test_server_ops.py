@@ -119,3 +119,19 @@ def test_certificate_files_are_reread_on_reload_without_restart(tmp_path):
             assert answer.json()["result"]["isError"] is False
         time.sleep(1.0)
         assert {_peer_fingerprint(port, str(cert_b)) for _ in range(6)} == {fp_b}
+
+
+def test_a_handler_that_fails_to_start_answers_unavailable_while_the_rest_serve():
+    # openai without an API base cannot be constructed: the rag handler's init fails.
+    with start_gateway(variables={"rag-embedding_provider": "openai"}) as gw, gw.client() as client:
+        listed = client.post("/mcp/rag", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=gw.auth("rag")).json()
+        assert any(t["name"] == "rag.search_hybrid" for t in listed["result"]["tools"])  # still discoverable
+        down = call_tool(client, gw, "rag", "rag.search_hybrid", {"query": "anything"})
+        assert down["isError"] and down["structuredContent"]["error"]["code"] == "UNAVAILABLE"
+        assert "/mcp/rag is unavailable" in down["structuredContent"]["error"]["message"]
+        assert call_tool(client, gw, "config", "get_config", {"variable_name": "mcp-port"})["isError"] is False
+        health = call_tool(client, gw, "stats", "get_health", {})["structuredContent"]
+        rag = next(h for h in health["handlers"] if h["endpoint"] == "rag")
+        assert health["status"] == "degraded" and rag["status"] == "down" and rag["reason"]
+        assert client.get("/healthz").json()["status"] == "degraded"
+        assert 'mcp_gateway_handler_up{endpoint="rag"} 0.0' in client.get("/metrics").text
