@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import httpx
 
 from gateway import sqlite
 from gateway.admin_sql import AdminSQL
+from gateway.pids import pid_alive
 from gateway.startup import open_store
 from gateway.tls import self_signed_paths
 
@@ -20,11 +20,7 @@ def _running(data_dir: Path) -> dict[str, Any] | None:
     if not state_file.exists():
         return None
     state = json.loads(state_file.read_text())
-    try:
-        os.kill(state["pid"], 0)
-    except OSError:
-        return None
-    return state
+    return state if pid_alive(int(state["pid"])) else None
 
 
 def run_admin_statement(data_dir: Path, statement: str) -> dict[str, Any]:

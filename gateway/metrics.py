@@ -27,6 +27,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from gateway.pids import pid_alive
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIZE_BUCKETS = (128, 512, 2048, 8192, 32768, 131072, 524288, 2097152, 8388608)
 MAX_CLIENT_LABELS = 256  # per worker; later clients are counted under "other"
@@ -44,17 +46,8 @@ def reap_dead_workers() -> None:
         return
     pids = {name.rsplit("_", 1)[-1].removesuffix(".db") for name in os.listdir(directory) if "_live" in name}
     for pid in pids:
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             mark_process_dead(int(pid), directory)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

@@ -39,9 +39,9 @@ def test_runtime_change_reaches_every_worker_within_a_second_and_metrics_add_up(
         pids = [line for line in metrics.splitlines() if line.startswith("mcp_gateway_runtime_version{")]
         assert len(pids) == 2 and len(versions) == 1, pids
         assert "mcp_gateway_workers 2.0" in metrics
+        time.sleep(1.2)  # each worker writes its aggregated counters once a second
         status = _fresh_get(gw, "config", "get_status", {})
         assert status["workers"] == 2 and status["requests_total"] >= 13  # 1 set + 12 gets; this call is counted after it answers
-        time.sleep(1.2)  # the other worker flushes its counters every second
         usage = _fresh_get(gw, "stats", "show_tool_usage", {"endpoint": "config", "reset": True})
         counts = {row["tool"]: row["count"] for row in usage["tools"]}
         assert counts["get_config"] == 12 and counts["set_config"] == 1

@@ -31,6 +31,7 @@ import apsw
 
 from gateway import sqlite
 from gateway.errors import GatewayError, InvalidArgument, NotFound, Unavailable
+from gateway.pids import pid_alive
 from gateway.runtime import Runtime
 from gateway.targets import Target, targets_from_runtime
 from handlers.rag.index import RagIndex
@@ -362,7 +363,7 @@ def _epoch(text: str) -> float:
 
 def status_from_row(row: dict[str, Any]) -> dict[str, Any]:
     state = row["state"]
-    if state in ("queued", "running") and not _alive(int(row["pid"] or 0)):
+    if state in ("queued", "running") and not pid_alive(int(row["pid"] or 0)):
         state = "interrupted"  # its process died (crash, kill -9): a new sync resumes from the cursor
     return {
         "job_id": row["job_id"],
@@ -374,15 +375,4 @@ def status_from_row(row: dict[str, Any]) -> dict[str, Any]:
         "sources": json.loads(row["progress_json"] or "[]"),
         "error": json.loads(row["error_json"] or "null"),
     }
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
