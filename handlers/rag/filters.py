@@ -84,10 +84,3 @@ def all_sources_enabled(conn: apsw.Connection) -> bool:
     for (disabled,) in conn.execute("SELECT count(*) FROM rag_sources WHERE enabled = 0"):
         return disabled == 0
     return True
-
-
-def allowed_rowids(conn: apsw.Connection, flt: FilterSQL) -> set[int] | None:
-    """The chunk rowids a filter admits, for the vector index; None when it admits everything."""
-    if not flt.narrows:
-        return None
-    return {row[0] for row in conn.execute(f"SELECT c.chunk_rowid FROM rag_chunks c WHERE {flt.where}", flt.params)}

@@ -100,6 +100,9 @@ class RagHandler(SyncTools, FetchTools):
         self.embedder = embedder
         self.query_cache = QueryEmbeddingCache(embedder, max_entries=runtime.var("rag-query_cache_entries"))
         self.index = RagIndex.open(self.services.data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
+        # Load (or rebuild) the ANN now: done inside the first search it would hold the search
+        # lock for a second (snapshot) to minutes (rebuild at 1M vectors) and blow rag-timeout_ms.
+        self.index.vectors.refresh(self.index.conn)
         self.services.shared["rag_index"] = self.index
         self.services.shared["rag_embedder"] = embedder
         self.start_ingest()

@@ -12,20 +12,26 @@ keyword index, the vectors and the sync state out of step.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import apsw
-import numpy as np
 
 from gateway import sqlite
 from gateway.errors import ConfigError
-from handlers.rag.metadata import HotFields, normalise_timestamp, parse_tags
+from handlers.rag.index_write import (
+    ChunkRecord,
+    DocumentRecord,
+    DocumentRows,
+    embedding_matrix,
+    parts_without_repeats,
+    to_json,
+    write_documents,
+)
+from handlers.rag.metadata import normalise_timestamp, parse_tags
 
 __all__ = ["ChunkRecord", "DocumentRecord", "RagIndex", "normalise_timestamp", "parse_tags"]
 
@@ -33,34 +39,6 @@ SCHEMA_VERSION = 1
 # Forward migrations: MIGRATIONS[v] takes a version-v index to v+1 (run before the schema section,
 # which then creates whatever is new with IF NOT EXISTS). Version 1 is the first released shape.
 MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {}
-
-
-@dataclass
-class ChunkRecord:
-    chunk_id: str
-    chunk_index: int
-    title: str
-    body: str
-    metadata: dict[str, Any]
-    content_hash: str
-    embedding: np.ndarray | None  # None: the text is unchanged, keep the stored vector
-
-
-@dataclass
-class DocumentRecord:
-    doc_id: str
-    source_id: int
-    source_name: str
-    pk_json: dict[str, Any]
-    title: str
-    body: str
-    metadata: dict[str, Any]
-    updated_at: str | None
-    chunks: list[ChunkRecord] = field(default_factory=list)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 # -- the index -----------------------------------------------------------------------------------
@@ -149,7 +127,7 @@ class RagIndex:
             raise ValueError(f"rag_sources has no column(s) {', '.join(sorted(unknown))}")
         values = {
             "name": name,
-            **{k: (_json(v) if k.endswith("_json") and not isinstance(v, str) else v) for k, v in fields.items()},
+            **{k: (to_json(v) if k.endswith("_json") and not isinstance(v, str) else v) for k, v in fields.items()},
         }
         columns = list(values)  # names come from _SOURCE_COLUMNS, never from a request
         assignments = ", ".join(f"{c} = excluded.{c}" for c in columns)
@@ -201,104 +179,29 @@ class RagIndex:
         in_transaction: Callable[[apsw.Connection], None] | None = None,
     ) -> None:
         """Upsert `docs` (replacing their chunks), delete `delete_doc_ids`, run the callback: one transaction."""
+        parts = [DocumentRows.of(part) for part in parts_without_repeats(docs)]  # before the write lock
         conn = self.conn
         with sqlite.transaction(conn):
-            vec_rowids: list[int] = []
-            vec_rows: list[np.ndarray] = []
-            stale: list[int] = []
-            for doc in docs:
-                self._write_document(conn, doc, vec_rowids, vec_rows, stale)
-            for doc_id in delete_doc_ids:
-                stale.extend(r[0] for r in conn.execute("SELECT chunk_rowid FROM rag_chunks WHERE doc_id = ?", (doc_id,)))
-            if stale:
-                self._vectors_module.delete_vectors(conn, stale)
-                conn.executemany("DELETE FROM rag_chunks WHERE chunk_rowid = ?", [(r,) for r in stale])
+            for rows in parts:
+                writes = write_documents(conn, rows)
+                if writes.vector_rowids:
+                    matrix = embedding_matrix(writes.vector_chunks, self.dim)
+                    self._vectors_module.write_vectors(conn, writes.vector_rowids, matrix)
+                # Per part, after its vectors: a later part of the same batch then sees (and a
+                # stale chunk leaves behind) exactly what separate batches would.
+                self._delete_chunks(conn, writes.stale)
             if delete_doc_ids:
-                conn.executemany("DELETE FROM rag_documents WHERE doc_id = ?", [(d,) for d in delete_doc_ids])
-            if vec_rowids:
-                self._vectors_module.write_vectors(conn, vec_rowids, np.vstack(vec_rows))
+                doc_ids_json = to_json(list(delete_doc_ids))
+                query = "SELECT chunk_rowid FROM rag_chunks WHERE doc_id IN (SELECT value FROM json_each(?))"
+                self._delete_chunks(conn, [r for (r,) in conn.execute(query, (doc_ids_json,))])
+                conn.execute("DELETE FROM rag_documents WHERE doc_id IN (SELECT value FROM json_each(?))", (doc_ids_json,))
             if in_transaction is not None:
                 in_transaction(conn)
 
-    def _write_document(
-        self, conn: apsw.Connection, doc: DocumentRecord, vec_rowids: list[int], vec_rows: list[np.ndarray], stale: list[int]
-    ) -> None:
-        hot = HotFields.of(doc.metadata)
-        conn.execute(
-            "INSERT INTO rag_documents (doc_id, source_id, source_name, pk_json, title, body, metadata_json, updated_at,"
-            " doc_score, post_type_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-            " ON CONFLICT (doc_id) DO UPDATE SET source_id = excluded.source_id, source_name = excluded.source_name,"
-            " pk_json = excluded.pk_json, title = excluded.title, body = excluded.body, metadata_json = excluded.metadata_json,"
-            " updated_at = excluded.updated_at, doc_score = excluded.doc_score, post_type_id = excluded.post_type_id,"
-            " created_at = excluded.created_at, indexed_at = strftime('%Y-%m-%dT%H:%M:%SZ', 'now')",
-            (
-                doc.doc_id, doc.source_id, doc.source_name, _json(doc.pk_json), doc.title, doc.body,
-                _json(doc.metadata), doc.updated_at, hot.doc_score, hot.post_type_id, hot.created_at,
-            ),
-        )  # fmt: skip
-        conn.execute("DELETE FROM rag_doc_tags WHERE doc_id = ?", (doc.doc_id,))
-        conn.executemany("INSERT INTO rag_doc_tags (tag, doc_id) VALUES (?, ?)", [(t, doc.doc_id) for t in hot.tags])
-
-        existing = {
-            index: (rowid, content_hash)
-            for rowid, index, content_hash in conn.execute(
-                "SELECT chunk_rowid, chunk_index, content_hash FROM rag_chunks WHERE doc_id = ?", (doc.doc_id,)
-            )
-        }
-        seen_indexes = set()
-        for chunk in doc.chunks:
-            if chunk.chunk_index in seen_indexes:
-                raise ValueError(f"document {doc.doc_id}: chunk_index {chunk.chunk_index} given twice")
-            seen_indexes.add(chunk.chunk_index)
-            common = (chunk.metadata, chunk.content_hash, doc.updated_at, hot.doc_score, hot.post_type_id, hot.created_at)
-            old = existing.get(chunk.chunk_index)
-            if old is not None and old[1] == chunk.content_hash:
-                rowid = old[0]  # same text: the FTS trigger (on title/body) does not fire
-                conn.execute(
-                    "UPDATE rag_chunks SET chunk_id = ?, source_id = ?, metadata_json = ?, content_hash = ?, updated_at = ?,"
-                    " doc_score = ?, post_type_id = ?, created_at = ? WHERE chunk_rowid = ?",
-                    (chunk.chunk_id, doc.source_id, _json(common[0]), *common[1:], rowid),
-                )
-            elif old is not None:
-                rowid = old[0]
-                if chunk.embedding is None:
-                    raise ValueError(f"chunk {chunk.chunk_id}: its text changed, so it needs an embedding")
-                conn.execute(
-                    "UPDATE rag_chunks SET chunk_id = ?, source_id = ?, title = ?, body = ?, metadata_json = ?, content_hash = ?,"
-                    " updated_at = ?, doc_score = ?, post_type_id = ?, created_at = ? WHERE chunk_rowid = ?",
-                    (chunk.chunk_id, doc.source_id, chunk.title, chunk.body, _json(common[0]), *common[1:], rowid),
-                )
-            else:
-                if chunk.embedding is None:
-                    raise ValueError(f"chunk {chunk.chunk_id} is new, so it needs an embedding")
-                conn.execute(
-                    "INSERT INTO rag_chunks (chunk_id, doc_id, source_id, chunk_index, title, body, metadata_json, content_hash,"
-                    " updated_at, doc_score, post_type_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        chunk.chunk_id,
-                        doc.doc_id,
-                        doc.source_id,
-                        chunk.chunk_index,
-                        chunk.title,
-                        chunk.body,
-                        _json(common[0]),
-                        *common[1:],
-                    ),
-                )
-                rowid = conn.last_insert_rowid()
-            if chunk.embedding is not None:
-                vec_rowids.append(rowid)
-                vec_rows.append(self._checked_vector(chunk))
-        stale.extend(rowid for index, (rowid, _) in existing.items() if index not in seen_indexes)
-
-    def _checked_vector(self, chunk: ChunkRecord) -> np.ndarray:
-        vector = np.asarray(chunk.embedding, dtype=np.float32).reshape(-1)
-        if vector.shape[0] != self.dim:
-            raise ValueError(f"chunk {chunk.chunk_id}: embedding has {vector.shape[0]} dims, the index has {self.dim}")
-        norm = float(np.linalg.norm(vector))
-        # Stored vectors are unit length: cosine, dot and L2 rankings then agree, and the ANN
-        # index's cosine distances convert exactly into the other metrics (see search.py).
-        return vector / norm if norm > 0 else vector
+    def _delete_chunks(self, conn: apsw.Connection, rowids: list[int]) -> None:
+        if rowids:
+            self._vectors_module.delete_vectors(conn, rowids)
+            conn.execute("DELETE FROM rag_chunks WHERE chunk_rowid IN (SELECT value FROM json_each(?))", (to_json(rowids),))
 
 
 def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int) -> None:

@@ -18,8 +18,7 @@ _CREATED_KEYS = ("creationdate", "created_at", "created", "creation_date")
 _TAG_KEYS = ("tags",)
 
 
-def _pick(metadata: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    lowered = {str(k).lower(): v for k, v in metadata.items()}
+def _pick(lowered: dict[str, Any], keys: tuple[str, ...]) -> Any:
     for key in keys:
         if lowered.get(key) not in (None, ""):
             return lowered[key]
@@ -49,9 +48,11 @@ def normalise_timestamp(value: Any) -> str | None:
             moment = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
         except ValueError:
             return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    if type(moment) is datetime and moment.year >= 1000:  # %Y does not zero-pad earlier years
+        return moment.isoformat(timespec="seconds") + "Z"  # one per document: ~5x cheaper than strftime
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_tags(value: Any) -> list[str]:
@@ -80,10 +81,11 @@ class HotFields:
 
     @classmethod
     def of(cls, metadata: dict[str, Any]) -> HotFields:
-        post_type = _number(_pick(metadata, _POST_TYPE_KEYS))
+        lowered = {str(k).lower(): v for k, v in metadata.items()}  # once, not once per field
+        post_type = _number(_pick(lowered, _POST_TYPE_KEYS))
         return cls(
-            doc_score=_number(_pick(metadata, _SCORE_KEYS)),
+            doc_score=_number(_pick(lowered, _SCORE_KEYS)),
             post_type_id=int(post_type) if post_type is not None else None,
-            created_at=normalise_timestamp(_pick(metadata, _CREATED_KEYS)),
-            tags=parse_tags(_pick(metadata, _TAG_KEYS)),
+            created_at=normalise_timestamp(_pick(lowered, _CREATED_KEYS)),
+            tags=parse_tags(_pick(lowered, _TAG_KEYS)),
         )

@@ -20,10 +20,11 @@ import numpy as np
 
 from gateway.errors import InvalidArgument
 from handlers.rag import fts, vectors
-from handlers.rag.filters import FilterSQL, allowed_rowids
+from handlers.rag.filters import FilterSQL
 from handlers.rag.index import RagIndex
 from handlers.rag.limits import Call
 from handlers.rag.models import FtsThenVecParams, FuseParams, SearchReturn
+from handlers.rag.vector_filter import sql_filter
 
 
 @dataclass
@@ -63,8 +64,8 @@ def search_fts(conn: apsw.Connection, match: fts.MatchQuery, flt: FilterSQL, *, 
 
 
 def search_vector(index: RagIndex, conn: apsw.Connection, query: np.ndarray, flt: FilterSQL, *, k: int) -> list[Scored]:
-    allowed = allowed_rowids(conn, flt)
-    found = index.vectors.search(conn, query, k, allowed_rowids=allowed)
+    narrowing = _narrowing(conn, flt)
+    found = index.vectors.search(conn, query, k, **narrowing)
     return [Scored(rowid, score_vec(d), score_vec=score_vec(d), distance_raw=d) for rowid, d in found]
 
 
@@ -90,8 +91,8 @@ def search_fuse(
     all_terms = match.all_terms() if match is not None and params.w_all_terms > 0 else None
     all_rows = fts.ranked(conn, all_terms, flt, limit=fts_k) if all_terms is not None else []
     call.check_deadline()
-    allowed = allowed_rowids(conn, flt)
-    vec_rows = index.vectors.search(conn, query, vec_k, allowed_rowids=allowed) if params.w_vec > 0 else []
+    narrowing = _narrowing(conn, flt)
+    vec_rows = index.vectors.search(conn, query, vec_k, **narrowing) if params.w_vec > 0 else []
     call.check_deadline()
     fused = _rrf(fts_rows, vec_rows, all_rows, params)
     if params.feedback_docs and vec_rows:
@@ -104,7 +105,7 @@ def search_fuse(
         if len(matrix):
             unit = np.asarray(query, dtype=np.float32) / max(float(np.linalg.norm(query)), 1e-12)
             moved = unit + params.feedback_weight * matrix.mean(axis=0)
-            vec_rows = index.vectors.search(conn, moved, vec_k, allowed_rowids=allowed)
+            vec_rows = index.vectors.search(conn, moved, vec_k, **narrowing)
             distances = index.vectors.distances(conn, query, [rowid for rowid, _ in vec_rows])
             # Ranks come from the moved query; the scores shown stay those of the caller's query.
             vec_rows = [(rowid, distances.get(rowid, d)) for rowid, d in vec_rows]
@@ -238,3 +239,9 @@ def hits(
             hit["snippet"] = snippet_of.get(s.rowid)
         out.append(hit)
     return out
+
+
+def _narrowing(conn: apsw.Connection, flt: FilterSQL) -> dict[str, Any]:
+    """How the ANN search applies the filter: nothing, a small exact rowid set, or a batch
+    check of its candidates (a broad filter never becomes a set of 100k+ rowids)."""
+    return sql_filter(conn, flt.where, flt.params) if flt.narrows else {}

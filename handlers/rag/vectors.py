@@ -1,5 +1,5 @@
 """Vector storage of the RAG index: SQLite holds the float32 vectors (the truth), an in-process
-HNSW index (usearch, f16) beside rag.db answers nearest-neighbour queries fast.
+HNSW index (usearch, i8-quantised) beside rag.db answers nearest-neighbour queries fast.
 
 Write path: `write_vectors` / `delete_vectors` run inside the caller's write transaction and
 append the touched rowids to `rag_vec_changes`, so vectors, chunks and the change log commit or
@@ -21,7 +21,6 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
 import apsw
 import numpy as np
@@ -30,19 +29,28 @@ import orjson
 from gateway.errors import InvalidArgument, Unavailable
 from gateway.sqlite import iter_statements, scalar, schema_section, transaction
 from handlers.rag.ann_snapshot import AnnSnapshots, new_ann_index
+from handlers.rag.vector_filter import EXACT_MAX_ROWIDS, Filter, sql_filter
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "EXACT_MAX_ROWIDS",
+    "VectorIndex",
+    "apply_vector_schema",
+    "delete_vectors",
+    "read_vectors",
+    "sql_filter",
+    "vector_schema",
+    "write_vectors",
+]
+
 # Candidates rescored with exact floats: at least this many, or 2*k. Rescoring 200 rows costs
-# ~1 ms (one IN-list query), and it turns f16 graph distances into exact ones.
+# ~1 ms (one IN-list query), and it turns quantised graph distances into exact ones.
 RESCORE_MIN = 40
 # Scoring one allowed row exactly (read its floats from SQLite) costs about this many graph
 # candidates of over-fetch; a set is scored exactly when that is the cheaper of the two, i.e.
 # below ~3*sqrt(N) rows (bench/README.md).
 EXACT_COST_RATIO = 1.7
-# sql_filter materialises a filter's rowids only up to this many; a broader filter is checked
-# on the ANN candidates instead.
-EXACT_MAX_ROWIDS = 2_000
 # Beyond this many graph candidates the over-fetch stops and the filtered search goes exact.
 OVERFETCH_MAX = 20_000
 # Rows read per batch when scanning SQLite (rebuild, exact search).
@@ -88,18 +96,28 @@ def write_vectors(conn: apsw.Connection, rowids: Sequence[int], vectors: np.ndar
         raise InvalidArgument("a zero vector has no direction; cannot index it")
     matrix = (matrix / norms).astype(np.float32)
     keys = [int(r) for r in rowids]
-    conn.executemany(
-        "INSERT OR REPLACE INTO rag_vec_chunks (chunk_rowid, embedding) VALUES (?, ?)",
-        zip(keys, (row.tobytes() for row in matrix), strict=True),
+    # One statement for the batch (row i's vector is bytes [i*w, (i+1)*w) of one blob): executemany
+    # would take the GIL back between rows, a wait while another thread runs Python (index_write).
+    row_bytes = matrix.shape[1] * 4
+    conn.execute(
+        "INSERT OR REPLACE INTO rag_vec_chunks (chunk_rowid, embedding)"
+        " SELECT value, substr(?2, key * ?3 + 1, ?3) FROM json_each(?1) ORDER BY key",
+        (orjson.dumps(keys), matrix.tobytes(), row_bytes),
     )
-    conn.executemany("INSERT INTO rag_vec_changes (chunk_rowid) VALUES (?)", ((k,) for k in keys))
+    _log_changes(conn, keys)
+
+
+def _log_changes(conn: apsw.Connection, keys: list[int]) -> None:
+    """Append the rowids to rag_vec_changes, in order, in one statement."""
+    conn.execute("INSERT INTO rag_vec_changes (chunk_rowid) SELECT value FROM json_each(?) ORDER BY key", (orjson.dumps(keys),))
 
 
 def delete_vectors(conn: apsw.Connection, rowids: Sequence[int]) -> None:
     """Delete the vectors of `rowids` (inside the caller's write transaction); absent ones are ignored."""
-    keys = [(int(r),) for r in rowids]
-    conn.executemany("DELETE FROM rag_vec_chunks WHERE chunk_rowid = ?", keys)
-    conn.executemany("INSERT INTO rag_vec_changes (chunk_rowid) VALUES (?)", keys)
+    keys = [int(r) for r in rowids]
+    if keys:
+        conn.execute("DELETE FROM rag_vec_chunks WHERE chunk_rowid IN (SELECT value FROM json_each(?))", (orjson.dumps(keys),))
+        _log_changes(conn, keys)
 
 
 def read_vectors(conn: apsw.Connection, rowids: Iterable[int], dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -261,34 +279,41 @@ class VectorIndex:
         if k <= 0 or (allowed_rowids is not None and not allowed_rowids):
             return []
         self.refresh(conn)
-        passing = _Filter(allowed_rowids, allowed, allowed_many)
+        passing = Filter(allowed_rowids, allowed, allowed_many)
         # Unfiltered: the graph's own candidate list (expansion_search long) costs the same for
-        # 40 results as for 10, and rescoring 40 with exact floats repairs f16 near-ties.
+        # 40 results as for 10, and rescoring 40 with exact floats repairs i8 quantisation error.
         # Filtered: k passing candidates suffice; the over-fetch is what costs.
         want = max(2 * k, RESCORE_MIN) if passing.is_empty else k
-        with self._lock:
+        keys, go_exact = self._graph_candidates(q, want, passing, allowed_rowids)
+        if go_exact:  # outside the lock: an exact pass reads SQLite and must not stall other searches
+            return self.exact_search(conn, q, k, allowed_rowids=allowed_rowids, allowed=allowed, allowed_many=allowed_many)
+        return self._rescore(conn, q, keys[: max(want, 2 * k)], k)
+
+    def _graph_candidates(
+        self, q: np.ndarray, want: int, passing: Filter, allowed_rowids: set[int] | None
+    ) -> tuple[list[int], bool]:
+        """(passing candidates nearest first, go_exact): over-fetch the graph until `want` pass,
+        or decide that scoring the allowed rows exactly is cheaper."""
+        with self._lock:  # serialised with refresh(): usearch must not be searched while it is modified
             size = len(self._index)
             if allowed_rowids is not None:  # known selectivity, plus a margin for its correlation with the query
                 fetch = math.ceil(1.5 * want * size / len(allowed_rowids))
                 if len(allowed_rowids) * EXACT_COST_RATIO <= fetch or fetch > OVERFETCH_MAX:
-                    return self._rescore(conn, q, passing(list(allowed_rowids)), k)
+                    return [], True
             else:
                 fetch = want if passing.is_empty else max(want * 4, self._index.expansion_search)
             fetch = min(size, fetch)
             keys: list[int] = []
             while size:
-                keys = passing([int(key) for key in self._index.search(q, fetch, threads=1).keys])
+                keys = passing.first([int(key) for key in self._index.search(q, fetch, threads=1).keys], want)
                 if len(keys) >= want or fetch >= size:
                     break
-                if fetch >= OVERFETCH_MAX:  # the filter passes too little for the graph: go exact
-                    return self.exact_search(
-                        conn, q, k, allowed_rowids=allowed_rowids, allowed=allowed, allowed_many=allowed_many
-                    )
+                if fetch >= OVERFETCH_MAX:  # the filter passes too little for the graph
+                    return [], True
                 # Size the next round by the pass rate just seen (at least x2, at most x8).
-                fetch = min(
-                    size, OVERFETCH_MAX, max(fetch * 2, min(fetch * 8, math.ceil(1.5 * want * fetch / max(len(keys), 1))))
-                )
-        return self._rescore(conn, q, keys[: max(want, 2 * k)], k)
+                rate_based = math.ceil(1.5 * want * fetch / max(len(keys), 1))
+                fetch = min(size, OVERFETCH_MAX, max(fetch * 2, min(fetch * 8, rate_based)))
+            return keys, False
 
     def distances(self, conn: apsw.Connection, query: np.ndarray, rowids: Sequence[int]) -> dict[int, float]:
         """Exact cosine distance from `query` to each given rowid that has a vector."""
@@ -311,7 +336,7 @@ class VectorIndex:
         q = self._query(query)
         if k <= 0:
             return []
-        passing = _Filter(None, allowed, allowed_many)
+        passing = Filter(None, allowed, allowed_many)
         if allowed_rowids is not None:
             return self._rescore(conn, q, passing(list(allowed_rowids)), k)
         best_rowids = np.empty(0, dtype=np.int64)
@@ -344,53 +369,6 @@ class VectorIndex:
         if norm == 0.0:
             raise InvalidArgument("the query vector is all zeros")
         return (q / norm).astype(np.float32)
-
-
-class _Filter:
-    """The conjunction of the search filters, remembering verdicts across over-fetch rounds."""
-
-    def __init__(
-        self,
-        allowed_rowids: set[int] | None,
-        allowed: Callable[[int], bool] | None,
-        allowed_many: Callable[[list[int]], Collection[int]] | None,
-    ) -> None:
-        self.allowed_rowids, self.allowed, self.allowed_many = allowed_rowids, allowed, allowed_many
-        self.is_empty = allowed_rowids is None and allowed is None and allowed_many is None
-        self._verdicts: dict[int, bool] = {}
-
-    def __call__(self, rowids: list[int]) -> list[int]:
-        if self.is_empty:
-            return rowids
-        unseen = [r for r in rowids if r not in self._verdicts]
-        if self.allowed_rowids is not None:
-            unseen = [r for r in unseen if r in self.allowed_rowids or self._verdicts.__setitem__(r, False)]
-        if self.allowed is not None:
-            unseen = [r for r in unseen if self.allowed(r) or self._verdicts.__setitem__(r, False)]
-        passed = set(self.allowed_many(unseen)) if self.allowed_many is not None and unseen else set(unseen)
-        self._verdicts.update((r, r in passed) for r in unseen)
-        return [r for r in rowids if self._verdicts[r]]
-
-
-def sql_filter(conn: apsw.Connection, where: str, params: Sequence[Any]) -> dict[str, Any]:
-    """Search keyword arguments for a filter given as SQL over `rag_chunks c`.
-
-    A filter admitting at most EXACT_MAX_ROWIDS chunks becomes an explicit set (scored exactly);
-    a broader one becomes a batch check of the ANN candidates — never a materialised set of
-    hundreds of thousands of rowids, which alone would cost more than the search. `where` is
-    built by the caller from fixed fragments; user values are only in `params`."""
-    few = [
-        r
-        for (r,) in conn.execute(f"SELECT c.chunk_rowid FROM rag_chunks c WHERE {where} LIMIT ?", (*params, EXACT_MAX_ROWIDS + 1))
-    ]
-    if len(few) <= EXACT_MAX_ROWIDS:
-        return {"allowed_rowids": set(few)}
-    check = f"SELECT c.chunk_rowid FROM rag_chunks c WHERE c.chunk_rowid IN (SELECT value FROM json_each(?)) AND ({where})"
-
-    def allowed_many(rowids: list[int]) -> set[int]:
-        return {r for (r,) in conn.execute(check, (orjson.dumps(rowids), *params))}
-
-    return {"allowed_many": allowed_many}
 
 
 class _read_snapshot:
