@@ -74,7 +74,8 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_target_profiles (
     active          INTEGER NOT NULL DEFAULT 1,
     comment         TEXT NOT NULL DEFAULT '',
     effective       INTEGER NOT NULL DEFAULT 0, -- 1: serving; 0: see skip_reason
-    skip_reason     TEXT NOT NULL DEFAULT ''
+    skip_reason     TEXT NOT NULL DEFAULT '',
+    privilege_warnings TEXT NOT NULL DEFAULT '[]' -- JSON list: what the account can do beyond reading
 );
 
 -- Per-tool usage, aggregated across workers (each worker flushes its deltas every second).

@@ -16,6 +16,7 @@ keeps what was stored; the secret itself is resolved only into `Target.password`
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -223,7 +224,13 @@ def build_profiles(
     runtime_targets = []
     for row in target_rows:
         reason = skip_reason(row, auth_by_id)
-        runtime_targets.append({**row, "effective": 0 if reason else 1, "skip_reason": reason})
+        warnings: list[str] = []
+        if not reason:
+            from gateway.privileges import check_target  # imports backends, which imports this module
+
+            auth = auth_by_id.get(_text(row, "auth_profile_id"), {})
+            warnings = check_target(_target(row, auth, resolve_secret(_text(auth, "db_password"))))
+        runtime_targets.append({**row, "effective": 0 if reason else 1, "skip_reason": reason, "privilege_warnings": json.dumps(warnings)})
     return {
         "runtime_mcp_auth_profiles": auth_rows,
         "runtime_mcp_target_profiles": runtime_targets,
@@ -253,22 +260,26 @@ def targets_from_runtime(runtime: Runtime) -> tuple[dict[str, Target], dict[str,
         except SecretError as exc:  # the environment changed since the LOAD
             skipped[target_id] = str(exc)
             continue
-        protocol = row["protocol"]
-        targets[target_id] = Target(
-            target_id=target_id,
-            protocol=protocol,
-            host=_text(row, "host"),
-            port=int(row.get("port") or DEFAULT_PORTS[protocol]),
-            database=_text(row, "database"),
-            username=_text(auth, "db_username"),
-            password=password,
-            default_schema=_text(auth, "default_schema"),
-            description=_text(row, "description"),
-            max_rows=int(row["max_rows"]),
-            timeout_ms=int(row["timeout_ms"]),
-            allow_explain=bool(row["allow_explain"]),
-            allow_discovery=bool(row["allow_discovery"]),
-            use_ssl=bool(auth.get("use_ssl", 0)),
-            ssl_mode=_text(auth, "ssl_mode"),
-        )
+        targets[target_id] = _target(row, auth, password)
     return targets, skipped
+
+
+def _target(row: Mapping[str, Any], auth: Mapping[str, Any], password: str) -> Target:
+    protocol = row["protocol"]
+    return Target(
+        target_id=row["target_id"],
+        protocol=protocol,
+        host=_text(row, "host"),
+        port=int(row.get("port") or DEFAULT_PORTS[protocol]),
+        database=_text(row, "database"),
+        username=_text(auth, "db_username"),
+        password=password,
+        default_schema=_text(auth, "default_schema"),
+        description=_text(row, "description"),
+        max_rows=int(row["max_rows"]),
+        timeout_ms=int(row["timeout_ms"]),
+        allow_explain=bool(row["allow_explain"]),
+        allow_discovery=bool(row["allow_discovery"]),
+        use_ssl=bool(auth.get("use_ssl", 0)),
+        ssl_mode=_text(auth, "ssl_mode"),
+    )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -29,7 +28,6 @@ from gateway.variables import Variable
 from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 from handlers.query.digest import DigestRecorder, normalize_text
 from handlers.query.execute import ResultSet, execute_readonly, explain_prefix
-from handlers.query.privileges import privilege_warnings
 from handlers.query.readonly import CheckedStatement, check_readonly, dialect_of, parse_fragment, refuse, table_ref
 from handlers.query.rules import QUERY_RULES_MODULE, RuleHits, RuleSet
 
@@ -165,8 +163,6 @@ class SqlTools(ToolHandler):
         self.digests = DigestRecorder()
         self.rule_hits = RuleHits()
         self._rules: tuple[Any, RuleSet] = ((), RuleSet([]))
-        self._privileges: dict[Any, list[str]] = {}
-        self._privileges_lock = threading.Lock()
 
     # -- the one path ------------------------------------------------------------------------
     def _ruleset(self, ctx: CallContext) -> RuleSet:
@@ -184,14 +180,12 @@ class SqlTools(ToolHandler):
         return pools
 
     def _check_privileges(self, ctx: CallContext, target: Any, conn: Any) -> None:
+        """With mcp-query_refuse_privileged_targets on, refuse a target whose account the LOAD
+        of MCP PROFILES found able to write or reach server files (runtime privilege_warnings)."""
         if not _var(ctx, SQL_VARIABLES[1]):
             return
-        with self._privileges_lock:
-            warnings = self._privileges.get(target)
-        if warnings is None:
-            warnings = privilege_warnings(target, conn)
-            with self._privileges_lock:
-                self._privileges[target] = warnings
+        row = next((r for r in ctx.runtime.table("runtime_mcp_target_profiles") if r["target_id"] == target.target_id), {})
+        warnings = json.loads(row.get("privilege_warnings") or "[]")
         if warnings:
             raise Unavailable(
                 f"target {target.target_id} is refused because mcp-query_refuse_privileged_targets is on: {'; '.join(warnings)}"

@@ -3,6 +3,7 @@ SELECT-only account does not), and mcp-query_refuse_privileged_targets refusing 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -11,8 +12,8 @@ import psycopg
 import pymysql
 import pytest
 
+from gateway.privileges import privilege_warnings
 from gateway.targets import Target
-from handlers.query.privileges import privilege_warnings
 from tests.query import add_auth, add_target, error, ok, reload
 from tests.query.test_sql_tools import set_variable, sql_env  # noqa: F401 - the shared module fixture
 
@@ -92,6 +93,9 @@ def test_refuse_privileged_targets_variable(sql_env: dict, readonly_accounts: di
     )
     store.load_to_runtime("MCP PROFILES")
     reload(store, handler)
+    # the LOAD checked each effective target's account and says what it found, in runtime
+    warnings = {r["target_id"]: json.loads(r["privilege_warnings"]) for r in store.read_runtime().table("runtime_mcp_target_profiles")}
+    assert any("ALL PRIVILEGES" in w for w in warnings["maria"]) and warnings["maria_ro"] == []
     assert ok(handler, "run_sql_readonly", target_id="maria", sql="SELECT 1")["rows"] == [[1]]  # off: warn only
     set_variable(store, handler, "mcp-query_refuse_privileged_targets", "true")
     try:

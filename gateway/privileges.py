@@ -1,6 +1,8 @@
 """Layer 4 of read-only SQL: least privilege. `privilege_warnings(target, conn)` says, in plain
-words, when a target's account could write or reach server files, so an admin sees it in
-runtime_mcp_target_profiles (and mcp-query_refuse_privileged_targets can refuse the target).
+words, when a target's account could write or reach server files. `check_target` runs it on a
+short-lived connection when MCP PROFILES are loaded, so an admin sees the result in
+runtime_mcp_target_profiles.privilege_warnings (and mcp-query_refuse_privileged_targets makes
+/mcp/query refuse such a target).
 
 The other layers already keep the gateway's own statements read-only; this catches the
 account that would make one mistake fatal (a superuser, FILE, pg_read_server_files, ...).
@@ -113,3 +115,29 @@ def privilege_warnings(target: Any, conn: Any) -> list[str]:
         with contextlib.suppress(Exception):
             conn.rollback()
         return ["the account's privileges could not be checked"]
+
+
+CHECK_TIMEOUT_S = 2.0
+
+
+def check_target(target: Any) -> list[str]:
+    """Open one connection to the target (short timeout), check it, close it."""
+    from gateway import backends  # here, not at import: backends imports targets, which calls us
+
+    try:
+        if target.protocol == "pgsql":
+            import psycopg
+
+            conn = psycopg.connect(**backends.pg_kwargs(target, connect_timeout_s=CHECK_TIMEOUT_S))
+        elif target.protocol == "mysql":
+            conn = backends.connect_mysql(target, connect_timeout_s=CHECK_TIMEOUT_S, io_timeout_s=CHECK_TIMEOUT_S)
+        else:
+            conn = backends.connect_sqlite(target, timeout_s=CHECK_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - unreachable now is a warning, not a failed LOAD
+        log.info("privilege check of target %s: cannot connect (%s)", target.target_id, type(exc).__name__)
+        return ["privileges not checked: the target was unreachable when profiles were loaded"]
+    try:
+        return privilege_warnings(target, conn)
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
