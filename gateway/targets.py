@@ -230,7 +230,9 @@ def build_profiles(
 
             auth = auth_by_id.get(_text(row, "auth_profile_id"), {})
             warnings = check_target(_target(row, auth, resolve_secret(_text(auth, "db_password"))))
-        runtime_targets.append({**row, "effective": 0 if reason else 1, "skip_reason": reason, "privilege_warnings": json.dumps(warnings)})
+        runtime_targets.append(
+            {**row, "effective": 0 if reason else 1, "skip_reason": reason, "privilege_warnings": json.dumps(warnings)}
+        )
     return {
         "runtime_mcp_auth_profiles": auth_rows,
         "runtime_mcp_target_profiles": runtime_targets,

@@ -42,7 +42,9 @@ def _mcp1_python() -> Path:
 def _create_default_env() -> None:
     env_dir = DEFAULT_MCP1_PYTHON.parent.parent
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=False, capture_output=True, timeout=120)
-    subprocess.run([str(DEFAULT_MCP1_PYTHON), "-m", "pip", "install", "-q", "mcp<2"], check=False, capture_output=True, timeout=600)
+    subprocess.run(
+        [str(DEFAULT_MCP1_PYTHON), "-m", "pip", "install", "-q", "mcp<2"], check=False, capture_output=True, timeout=600
+    )
 
 
 @functools.cache

@@ -92,27 +92,44 @@ _CHUNK_TEXT_COLUMNS = (
 )  # fmt: skip
 
 
-def insert_rows(conn: apsw.Connection, table: str, columns: str, rows: list[tuple[Any, ...]], tail: str = "") -> None:
-    """INSERT `rows` (str, int, float or None values) as ONE statement reading a JSON array.
+# A statement's JSON text stays well under SQLite's 1 GB value limit (a batch of documents near
+# the 2M-character cap could pass it); bigger batches are split into several statements.
+MAX_PAYLOAD_BYTES = 64 << 20
 
-    Why not executemany: it steps once per row and takes the GIL back between rows. While the
-    sync's other thread runs Python (the embedder), each take can wait a whole switch interval,
-    and the writer measured more time waiting for the GIL than working. One statement releases
-    the GIL once, for the whole batch (FTS triggers included)."""
+
+def _payloads(rows: list[tuple[Any, ...]]) -> Iterator[bytes]:
+    """`rows` as JSON arrays of at most MAX_PAYLOAD_BYTES (a single row may exceed it).
+    Raises orjson.JSONEncodeError for a value JSON cannot carry exactly (an int beyond 64 bits)."""
+    payload = orjson.dumps(rows)
+    if len(payload) <= MAX_PAYLOAD_BYTES or len(rows) == 1:
+        yield payload
+        return
+    middle = len(rows) // 2
+    yield from _payloads(rows[:middle])
+    yield from _payloads(rows[middle:])
+
+
+def insert_rows(conn: apsw.Connection, table: str, columns: str, rows: list[tuple[Any, ...]], tail: str = "") -> None:
+    """INSERT `rows` (str, int, float or None values) with one statement reading a JSON array.
+
+    Why not executemany: each row would be its own statement, and (1) FTS5 flushes its pending
+    terms to a new segment at every statement of the rag_chunks trigger, so 10,000 chunks wrote
+    ~34,000 FTS blocks plus merges instead of ~2,000; (2) apsw takes the GIL back between rows,
+    and while the sync's other thread runs Python (the embedder) each take can wait a switch
+    interval: the writer measured more time waiting for the GIL than working."""
     if not rows:
         return
     width = len(rows[0])
     try:
-        payload = orjson.dumps(rows)
-    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits: bind the values instead
+        payloads = list(_payloads(rows))
+    except orjson.JSONEncodeError:  # bind the values instead: exactly what was given
         conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({','.join('?' * width)}) {tail}", rows)
         return
     values = ", ".join(f"j->>{i}" for i in range(width))
     # WHERE true: without it SQLite would read a following ON CONFLICT as part of a join.
-    conn.execute(
-        f"INSERT INTO {table} ({columns}) SELECT {values} FROM (SELECT value AS j FROM json_each(?) ORDER BY key) WHERE true {tail}",
-        (payload,),
-    )
+    sql = f"INSERT INTO {table} ({columns}) SELECT {values} FROM (SELECT value AS j FROM json_each(?) ORDER BY key) WHERE true {tail}"
+    for payload in payloads:
+        conn.execute(sql, (payload,))
 
 
 def update_chunks(conn: apsw.Connection, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
@@ -121,17 +138,18 @@ def update_chunks(conn: apsw.Connection, columns: tuple[str, ...], rows: list[tu
     if not rows:
         return
     try:
-        payload = orjson.dumps(rows)
+        payloads = list(_payloads(rows))
     except orjson.JSONEncodeError:
         assignments = ", ".join(f"{c} = ?" for c in columns)
         conn.executemany(f"UPDATE rag_chunks SET {assignments} WHERE chunk_rowid = ?", rows)
         return
     assignments = ", ".join(f"{c} = u.j->>{i}" for i, c in enumerate(columns))
-    conn.execute(
+    sql = (
         f"UPDATE rag_chunks SET {assignments} FROM (SELECT value AS j FROM json_each(?) ORDER BY key) AS u"
-        f" WHERE rag_chunks.chunk_rowid = u.j->>{len(columns)}",
-        (payload,),
+        f" WHERE rag_chunks.chunk_rowid = u.j->>{len(columns)}"
     )
+    for payload in payloads:
+        conn.execute(sql, (payload,))
 
 
 @dataclass

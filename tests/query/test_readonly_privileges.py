@@ -94,7 +94,9 @@ def test_refuse_privileged_targets_variable(sql_env: dict, readonly_accounts: di
     store.load_to_runtime("MCP PROFILES")
     reload(store, handler)
     # the LOAD checked each effective target's account and says what it found, in runtime
-    warnings = {r["target_id"]: json.loads(r["privilege_warnings"]) for r in store.read_runtime().table("runtime_mcp_target_profiles")}
+    warnings = {
+        r["target_id"]: json.loads(r["privilege_warnings"]) for r in store.read_runtime().table("runtime_mcp_target_profiles")
+    }
     assert any("ALL PRIVILEGES" in w for w in warnings["maria"]) and warnings["maria_ro"] == []
     assert ok(handler, "run_sql_readonly", target_id="maria", sql="SELECT 1")["rows"] == [[1]]  # off: warn only
     set_variable(store, handler, "mcp-query_refuse_privileged_targets", "true")
