@@ -230,3 +230,28 @@ def test_timestamps_and_tags_normalise() -> None:
     assert parse_tags("|x|y|") == ["x", "y"]
     assert parse_tags("p, q") == ["p", "q"]
     assert parse_tags(["Z"]) == ["z"]
+
+
+def test_a_doc_id_twice_in_one_batch_ends_as_if_written_in_two_batches(index: RagIndex) -> None:
+    index.write_batch([doc("d:1", ["one", "two", "three", "four"]), doc("d:1", ["uno", "dos", "tres"])])
+    assert counts(index) == {"chunks": 3, "fts": 3, "vectors": 3, "docs": 1}
+    assert_in_step(index)
+    bodies = [r[0] for r in index.conn.execute("SELECT body FROM rag_chunks ORDER BY chunk_index")]
+    assert bodies == ["uno", "dos", "tres"]
+
+
+def test_metadata_beyond_64_bit_integers_still_writes(index: RagIndex) -> None:
+    index.write_batch([doc("d:big", ["big numbers"], metadata={"Id": 2**70, "Score": 1})])
+    stored = index.conn.execute("SELECT metadata_json FROM rag_documents WHERE doc_id = 'd:big'").fetchall()[0][0]
+    assert str(2**70) in stored
+    assert_in_step(index)
+
+
+def test_a_batch_larger_than_one_statement_payload_is_split(index: RagIndex, monkeypatch) -> None:
+    from handlers.rag import index_write
+
+    monkeypatch.setattr(index_write, "MAX_PAYLOAD_BYTES", 2048)  # forces many statements per batch
+    docs = [doc(f"d:{i}", [f"chunk {i} {'x' * 300}", f"second {i}"]) for i in range(40)]
+    index.write_batch(docs)
+    assert counts(index) == {"chunks": 80, "fts": 80, "vectors": 80, "docs": 40}
+    assert_in_step(index)
