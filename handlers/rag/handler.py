@@ -42,6 +42,9 @@ from handlers.rag.models import (
 _ENVELOPE_BYTES = 512  # room for `truncated`, `stats` and the keys around the result list
 
 
+RECENT_JOBS_IN_STATS = 5
+
+
 def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
     return Variable(name=name, kind=kind, default=str(default), help=help, **kw)
 
@@ -302,8 +305,10 @@ class RagHandler(SyncTools, FetchTools):
                 "vectors": conn.execute("SELECT count(*) FROM rag_vec_chunks").fetchall()[0][0],
             }
         size = sum(p.stat().st_size for p in (index.path, index.path.with_name(index.path.name + "-wal")) if p.exists())
+        jobs = self.services.shared.get("rag_jobs")
         return AdminStatsOut(
             sources=sources,
+            jobs=jobs.recent(RECENT_JOBS_IN_STATS) if jobs is not None else [],
             index={
                 **totals,
                 "size_bytes": size,

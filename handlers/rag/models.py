@@ -271,5 +271,8 @@ class IndexStats(BaseModel):
 class AdminStatsOut(ToolOutput):
     sources: list[SourceStats]
     index: IndexStats
+    jobs: list[dict[str, Any]] = Field(
+        description="The most recent sync jobs, newest first, with live progress (rag.admin.jobs has the full shape)."
+    )
     truncated: bool
     stats: Stats

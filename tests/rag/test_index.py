@@ -255,3 +255,8 @@ def test_a_batch_larger_than_one_statement_payload_is_split(index: RagIndex, mon
     index.write_batch(docs)
     assert counts(index) == {"chunks": 80, "fts": 80, "vectors": 80, "docs": 40}
     assert_in_step(index)
+
+
+def test_a_new_index_uses_8_kib_pages(index: RagIndex) -> None:
+    assert sqlite.scalar(index.conn, "PRAGMA page_size") == 8192
+    assert sqlite.scalar(index.conn, "PRAGMA journal_mode") == "wal"
