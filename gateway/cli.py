@@ -129,10 +129,8 @@ def _start_background_jobs(data_dir: Path, prepared: Any, args: argparse.Namespa
     """Jobs the parent runs beside the workers (the demo corpus on first start)."""
     if args.no_demo:
         return
-    try:
-        from handlers.rag.ingest.demo import start_demo_in_background
-    except ImportError:
-        return
+    from handlers.rag.ingest.demo import start_demo_in_background
+
     start_demo_in_background(data_dir, store=prepared.store, first_start=prepared.fresh)
 
 

@@ -34,7 +34,6 @@ from gateway.backends import (
     connect_mysql,
     connect_sqlite,
     connection_broken,
-    mysql_ssl,
     pg_kwargs,
     ping_mysql,
     ping_sqlite,
@@ -45,10 +44,7 @@ from gateway.targets import Target, targets_from_runtime
 
 log = logging.getLogger("mcp_gateway.pools")
 
-# Re-exported for callers that open their own streaming connections (rag ingestion) and for
-# tools that check a borrowed connection.
-_mysql_ssl = mysql_ssl
-__all__ = ["TargetPools", "connection_broken", "pg_kwargs", "mysql_ssl", "_mysql_ssl", "BoundedPool"]
+__all__ = ["TargetPools", "connection_broken", "BoundedPool"]
 
 
 class PoolTimeout(Exception):

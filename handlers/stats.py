@@ -7,8 +7,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gateway.errors import NotFound, Unavailable
+from gateway.errors import NotFound
 from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from handlers.query.digest import query_digest_stats
 
 STAT_NAMES = ("requests_total", "failures_total", "inflight", "auth_failures_total", "workers", "runtime_version", "uptime_s")
 METRIC_CATEGORIES = {
@@ -176,10 +177,6 @@ class StatsHandler(ToolHandler):
     @tool("show_queries", title="Query digests", read_only=True)
     def show_queries(self, args: ShowQueriesIn, ctx: CallContext) -> ShowQueriesOut:
         """Normalised statements run through /mcp/query with counts, total/min/max time and p50/p90/p95/p99."""
-        try:
-            from handlers.query.digest import query_digest_stats
-        except ImportError as exc:
-            raise Unavailable("the query endpoint is not installed") from exc
         query = self.services.handlers.get("query")
         if query is not None:
             query.flush_stats()  # this worker's pending digests first, like show_tool_usage

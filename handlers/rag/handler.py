@@ -45,6 +45,17 @@ _ENVELOPE_BYTES = 512  # room for `truncated`, `stats` and the keys around the r
 RECENT_JOBS_IN_STATS = 5
 
 
+def index_embedding_config(runtime: Any) -> dict[str, Any]:
+    """The index's embedder from the rag-embedding_* variables (the server and `rag sync` alike)."""
+    return {
+        "provider": runtime.var("rag-embedding_provider"),
+        "model": runtime.var("rag-embedding_model"),
+        "api_base": runtime.var("rag-embedding_api_base"),
+        "api_key": runtime.var("rag-embedding_api_key"),
+        "dim": runtime.var("rag-embedding_dim"),
+    }
+
+
 def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
     return Variable(name=name, kind=kind, default=str(default), help=help, **kw)
 
@@ -87,15 +98,7 @@ class RagHandler(SyncTools, FetchTools):
         from handlers.rag.embeddings import QueryEmbeddingCache, make_embedder
 
         runtime = self.services.runtime
-        embedder = make_embedder(
-            {
-                "provider": runtime.var("rag-embedding_provider"),
-                "model": runtime.var("rag-embedding_model"),
-                "api_base": runtime.var("rag-embedding_api_base"),
-                "api_key": runtime.var("rag-embedding_api_key"),
-                "dim": runtime.var("rag-embedding_dim"),
-            }
-        )
+        embedder = make_embedder(index_embedding_config(runtime))
         if runtime.var("rag-embedding_provider") == "local":
             # Load the model now, not inside the first search: loading takes about a second,
             # which would spend most of that call's rag-timeout_ms.

@@ -14,42 +14,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.errors import GatewayError
-from gateway.runtime import Runtime
+from gateway.startup import open_store
 from gateway.store import ConfigStore
-from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
+from handlers.rag.handler import index_embedding_config
 from handlers.rag.ingest.sync import SyncOptions
 
 POLL_S = 0.2
 
 
 def open_config(data_dir: Path) -> ConfigStore:
-    """The config store with every module and variable a sync reads, registered or not yet."""
-    from gateway.startup import handler_classes
-    from gateway.targets import PROFILES_MODULE, QUERY_VARIABLES
-    from gateway.variables import all_variables
-    from handlers.rag.handler import RagHandler
-
-    classes = handler_classes()
-    variables = [v for cls in classes for v in cls.variables]
-    modules = [m for cls in classes for m in cls.config_modules]
-    declared = {v.name for v in variables}
-    variables += [v for v in (*RagHandler.variables, *QUERY_VARIABLES) if v.name not in declared]
-    present = {m.name for m in modules}
-    modules += [m for m in (PROFILES_MODULE, RAG_SOURCES_MODULE) if m.name not in present]
-    store = ConfigStore(Path(data_dir), variables=all_variables(variables), modules=modules)
+    """The data directory's config store, with every registered module and variable."""
+    store = open_store(Path(data_dir))
     store.initialize()
     return store
-
-
-def index_embedding_config(runtime: Runtime) -> dict[str, Any]:
-    """The index's embedder, as RagHandler builds it from the rag-embedding_* variables."""
-    return {
-        "provider": runtime.var("rag-embedding_provider"),
-        "model": runtime.var("rag-embedding_model"),
-        "api_base": runtime.var("rag-embedding_api_base"),
-        "api_key": runtime.var("rag-embedding_api_key"),
-        "dim": runtime.var("rag-embedding_dim"),
-    }
 
 
 def run_sync(

@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.backends import mysql_ssl, pg_kwargs
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
-from gateway.pools import _mysql_ssl, pg_kwargs
 from gateway.targets import Target
 
 log = logging.getLogger("mcp_gateway.rag.ingest")
@@ -190,7 +190,7 @@ class MySQLReader(SourceReader):
                 charset="utf8mb4",
                 connect_timeout=CONNECT_TIMEOUT_S,
                 autocommit=True,
-                ssl=_mysql_ssl(self.target),
+                ssl=mysql_ssl(self.target),
             )
             with self.conn.cursor() as cur:
                 cur.execute("SET SESSION TRANSACTION READ ONLY")
