@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import anyio
@@ -89,6 +91,9 @@ class RagHandler(SyncTools, FetchTools):
     config_modules: ClassVar[tuple[ConfigModule, ...]] = (RAG_SOURCES_MODULE,)
 
     index: RagIndex | None = None
+    # Hybrid searches embed their query here while their own thread runs the keyword half: the
+    # ONNX model and SQLite both release the GIL, so on two cores the two halves overlap.
+    _embedding_thread: ThreadPoolExecutor | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:
@@ -105,6 +110,7 @@ class RagHandler(SyncTools, FetchTools):
             embedder.embed(["warm up"])
         self.embedder = embedder
         self.query_cache = QueryEmbeddingCache(embedder, max_entries=runtime.var("rag-query_cache_entries"))
+        self._embedding_thread = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rag-query-embed")
         self.index = RagIndex.open(self.services.data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
         # Load (or rebuild) the ANN now: done inside the first search it would hold the search
         # lock for a second (snapshot) to minutes (rebuild at 1M vectors) and blow rag-timeout_ms.
@@ -115,6 +121,8 @@ class RagHandler(SyncTools, FetchTools):
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self.stop_ingest)
+        if self._embedding_thread is not None:
+            self._embedding_thread.shutdown(wait=False, cancel_futures=True)
         if self.index is not None:
             index, self.index = self.index, None
             self.services.shared.pop("rag_index", None)
@@ -131,6 +139,15 @@ class RagHandler(SyncTools, FetchTools):
 
     def _query_vector(self, text: str) -> np.ndarray:
         return self.query_cache.embed_query(text)
+
+    def _query_vector_soon(self, text: str) -> Callable[[], np.ndarray]:
+        """Start embedding `text` (unless cached) and return the call that waits for it."""
+        vector = self.query_cache.lookup(text)
+        if vector is not None:
+            return lambda: vector
+        if self._embedding_thread is None:
+            return lambda: self._query_vector(text)
+        return self._embedding_thread.submit(self._query_vector, text).result
 
     def _check_model(self, index: RagIndex, model: str | None) -> None:
         name = index.embedding_model_id.split(":", 1)[-1]
@@ -211,8 +228,7 @@ class RagHandler(SyncTools, FetchTools):
         match = fts.build_match(args.query)
         if match is not None:
             call.truncated |= match.terms_dropped
-        query = self._query_vector(args.query)
-        call.check_deadline()
+        query = self._query_vector_soon(args.query)
         k = call.clamp(args.k, call.caps.k_max)
         conn = index.conn
         keep = ("score_fts", "score_fts_raw", "score_vec", "distance_raw", "debug")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,12 +75,14 @@ def search_fuse(
     conn: apsw.Connection,
     call: Call,
     match: fts.MatchQuery | None,
-    query: np.ndarray,
+    query_vector: Callable[[], np.ndarray],
     flt: FilterSQL,
     params: FuseParams,
     *,
     k: int,
 ) -> list[Scored]:
+    """`query_vector` waits for the query's embedding, which the caller has started: the
+    keyword rankings run first, meanwhile."""
     if params.w_fts == 0 and params.w_vec == 0:
         raise InvalidArgument("fuse: w_fts and w_vec cannot both be 0")
     fts_k = call.clamp(params.fts_k, call.caps.candidates_max)
@@ -90,25 +93,30 @@ def search_fuse(
     # would drag the fused order below plain FTS (bench/retrieval_eval.py --known-item).
     all_terms = match.all_terms() if match is not None and params.w_all_terms > 0 else None
     all_rows = fts.ranked(conn, all_terms, flt, limit=fts_k) if all_terms is not None else []
+    query = query_vector()
     call.check_deadline()
     narrowing = _narrowing(conn, flt)
-    vec_rows = index.vectors.search(conn, query, vec_k, **narrowing) if params.w_vec > 0 else []
+    unit = np.asarray(query, dtype=np.float32) / max(float(np.linalg.norm(query)), 1e-12)
+    pool = index.vectors.candidates(conn, unit, vec_k, **narrowing) if params.w_vec > 0 else None
+    vec_rows = pool.nearest(unit, vec_k) if pool is not None else []
     call.check_deadline()
     fused = _rrf(fts_rows, vec_rows, all_rows, params)
     if params.feedback_docs and vec_rows:
         # Pseudo-relevance feedback (Rocchio) on the query vector: the top fused chunks, which
         # both rankings vouch for, pull the query towards the vocabulary of the relevant
         # documents; the vector ranking is redone with it and fused again. Measured on
-        # Cranfield: nDCG@10 0.440 -> 0.463 (bench/retrieval_eval.py --sweep).
+        # Cranfield: nDCG@10 0.440 -> 0.463 (bench/retrieval_eval.py --sweep). The moved query
+        # is ranked over the first search's candidates (twice vec_k, exact floats already read)
+        # rather than by a second search, with the feedback chunks added (bench/README.md).
         top = [hit.rowid for hit in sorted(fused.values(), key=lambda h: (-h.score, h.rowid))[: params.feedback_docs]]
-        _, matrix = vectors.read_vectors(conn, top, index.dim)
+        rowids, matrix = vectors.read_vectors(conn, top, index.dim)
         if len(matrix):
-            unit = np.asarray(query, dtype=np.float32) / max(float(np.linalg.norm(query)), 1e-12)
             moved = unit + params.feedback_weight * matrix.mean(axis=0)
-            vec_rows = index.vectors.search(conn, moved, vec_k, **narrowing)
-            distances = index.vectors.distances(conn, query, [rowid for rowid, _ in vec_rows])
+            moved /= max(float(np.linalg.norm(moved)), 1e-12)
+            pool = pool.including(rowids, matrix)  # the feedback chunks themselves compete too
+            distances = pool.distances(unit)
             # Ranks come from the moved query; the scores shown stay those of the caller's query.
-            vec_rows = [(rowid, distances.get(rowid, d)) for rowid, d in vec_rows]
+            vec_rows = [(rowid, distances[rowid]) for rowid, _ in pool.nearest(moved, vec_k)]
             fused = _rrf(fts_rows, vec_rows, all_rows, params)
             call.check_deadline()
 
@@ -149,17 +157,20 @@ def search_fts_then_vec(
     conn: apsw.Connection,
     call: Call,
     match: fts.MatchQuery | None,
-    query: np.ndarray,
+    query_vector: Callable[[], np.ndarray],
     flt: FilterSQL,
     params: FtsThenVecParams,
     *,
     k: int,
 ) -> list[Scored]:
+    """`query_vector` as in search_fuse."""
     candidates_k = call.clamp(params.candidates_k, call.caps.candidates_max)
     rerank_k = call.clamp(params.rerank_k, call.caps.candidates_max)
     fts_rows = fts.ranked(conn, match, flt, limit=candidates_k) if match is not None else []
     call.check_deadline()
     fts_rank = {rowid: (rank, raw) for rank, (rowid, raw) in enumerate(fts_rows, start=1)}
+    query = query_vector()
+    call.check_deadline()
     distances = index.vectors.distances(conn, query, list(fts_rank))
     order = sorted(distances.items(), key=lambda item: (item[1], fts_rank[item[0]][0]))[: min(rerank_k, k)]
     hits = []

@@ -19,6 +19,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
@@ -143,6 +144,30 @@ def _top_k(rowids: np.ndarray, distances: np.ndarray, k: int) -> list[tuple[int,
         rowids, distances = rowids[part], distances[part]
     order = np.lexsort((rowids, distances))  # ties broken by rowid: deterministic results
     return [(int(rowids[i]), float(distances[i])) for i in order]
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Rowids and their exact float32 vectors, as one search gathered them."""
+
+    rowids: np.ndarray
+    matrix: np.ndarray
+
+    @classmethod
+    def none(cls, dim: int) -> Candidates:
+        return cls(np.empty(0, dtype=np.int64), np.empty((0, dim), dtype=np.float32))
+
+    def nearest(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The k nearest to `query` (unit length) as (rowid, cosine distance), nearest first."""
+        return _top_k(self.rowids, 1.0 - self.matrix @ query, k) if len(self.rowids) and k > 0 else []
+
+    def including(self, rowids: np.ndarray, matrix: np.ndarray) -> Candidates:
+        """These candidates plus the given rows (those already here are not repeated)."""
+        new = ~np.isin(rowids, self.rowids)
+        return Candidates(np.concatenate([self.rowids, rowids[new]]), np.concatenate([self.matrix, matrix[new]]))
+
+    def distances(self, query: np.ndarray) -> dict[int, float]:
+        return {int(r): float(d) for r, d in zip(self.rowids, 1.0 - self.matrix @ query, strict=True)}
 
 
 class VectorIndex:
@@ -276,8 +301,24 @@ class VectorIndex:
         batch (e.g. one SQL query over the candidates: see `sql_filter`). A small allowed set is
         scored exactly; otherwise the graph is over-fetched until enough candidates pass."""
         q = self._query(query)
+        pool = self.candidates(conn, q, k, allowed_rowids=allowed_rowids, allowed=allowed, allowed_many=allowed_many)
+        return pool.nearest(q, k)
+
+    def candidates(
+        self,
+        conn: apsw.Connection,
+        query: np.ndarray,
+        k: int,
+        *,
+        allowed_rowids: set[int] | None = None,
+        allowed: Callable[[int], bool] | None = None,
+        allowed_many: Callable[[list[int]], Collection[int]] | None = None,
+    ) -> Candidates:
+        """The float vectors of the candidates `search` ranks (at least k of them when that
+        many pass): a second query close to this one can be ranked over them without a search."""
+        q = self._query(query)
         if k <= 0 or (allowed_rowids is not None and not allowed_rowids):
-            return []
+            return Candidates.none(self.dim)
         self.refresh(conn)
         passing = Filter(allowed_rowids, allowed, allowed_many)
         # Unfiltered: the graph's own candidate list (expansion_search long) costs the same for
@@ -285,9 +326,12 @@ class VectorIndex:
         # Filtered: k passing candidates suffice; the over-fetch is what costs.
         want = max(2 * k, RESCORE_MIN) if passing.is_empty else k
         keys, go_exact = self._graph_candidates(q, want, passing, allowed_rowids)
-        if go_exact:  # outside the lock: an exact pass reads SQLite and must not stall other searches
-            return self.exact_search(conn, q, k, allowed_rowids=allowed_rowids, allowed=allowed, allowed_many=allowed_many)
-        return self._rescore(conn, q, keys[: max(want, 2 * k)], k)
+        # An exact pass runs outside the lock: it reads SQLite and must not stall other searches.
+        if go_exact and allowed_rowids is not None:
+            keys = passing(list(allowed_rowids))  # a small set: all of it
+        elif go_exact:
+            keys = [rowid for rowid, _ in self.exact_search(conn, q, k, allowed=allowed, allowed_many=allowed_many)]
+        return Candidates(*read_vectors(conn, keys[: max(want, 2 * k)] if not go_exact else keys, self.dim))
 
     def _graph_candidates(
         self, q: np.ndarray, want: int, passing: Filter, allowed_rowids: set[int] | None
@@ -338,7 +382,7 @@ class VectorIndex:
             return []
         passing = Filter(None, allowed, allowed_many)
         if allowed_rowids is not None:
-            return self._rescore(conn, q, passing(list(allowed_rowids)), k)
+            return Candidates(*read_vectors(conn, passing(list(allowed_rowids)), self.dim)).nearest(q, k)
         best_rowids = np.empty(0, dtype=np.int64)
         best_dist = np.empty(0, dtype=np.float32)
         cursor = conn.execute("SELECT chunk_rowid, embedding FROM rag_vec_chunks")
@@ -354,12 +398,6 @@ class VectorIndex:
             best_rowids = np.array([r for r, _ in top], dtype=np.int64)
             best_dist = np.array([d for _, d in top], dtype=np.float32)
         return [(int(r), float(d)) for r, d in zip(best_rowids, best_dist, strict=True)]
-
-    def _rescore(self, conn: apsw.Connection, q: np.ndarray, rowids: Sequence[int], k: int) -> list[tuple[int, float]]:
-        found, matrix = read_vectors(conn, rowids, self.dim)
-        if not len(found):
-            return []
-        return _top_k(found, 1.0 - matrix @ q, k)
 
     def _query(self, query: np.ndarray) -> np.ndarray:
         q = _as_matrix(query).reshape(-1)

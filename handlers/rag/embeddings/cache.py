@@ -32,6 +32,16 @@ class QueryEmbeddingCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def lookup(self, text: str) -> np.ndarray | None:
+        """The cached vector (counted as a hit), or None; a miss is counted by embed_query."""
+        key = (self.embedder.model_id, text)
+        with self._lock:
+            vector = self._entries.get(key)
+            if vector is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+            return vector
+
     def embed_query(self, text: str) -> np.ndarray:
         key = (self.embedder.model_id, text)
         with self._lock:

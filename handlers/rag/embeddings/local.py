@@ -36,6 +36,11 @@ TOKENIZER_PATH = Path(__file__).resolve().parent.parent / "model" / "tokenizer.j
 # Two cores is the deployment target; more threads than that rarely pays off for a 6-layer model
 # with short inputs, and leaves nothing for the event loop and the database threads.
 DEFAULT_INTRA_OP_THREADS = max(1, min(os.cpu_count() or 1, 4))
+# A single short text (a search query) is embedded on one thread: splitting a few tokens over
+# threads costs more in hand-offs than it saves, most of all on a busy machine. Measured on this
+# 2-core machine under a background build: p50/p95 3.6/4.6 ms on one thread against 12.8/17.9 ms
+# on two threads with onnxruntime's default spin-waiting (bench/README.md, query embedding).
+QUERY_THREADS = 1
 
 
 def default_model_path() -> Path:
@@ -119,6 +124,9 @@ def _build(model_path: Path, expected_sha256: str, intra_op_threads: int) -> _Lo
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = intra_op_threads
     options.inter_op_num_threads = 1
+    # Idle worker threads sleep instead of spinning: a spinning pool burns the cores the event
+    # loop and the database threads need between calls, and slows itself down when cores are shared.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
@@ -152,6 +160,7 @@ class LocalEmbedder:
     def load(self) -> LocalEmbedder:
         """Load the model now (it otherwise loads on the first embed); Unavailable if it cannot."""
         self._model()
+        self._model(QUERY_THREADS)
         return self
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -159,7 +168,9 @@ class LocalEmbedder:
         vectors = np.zeros((len(texts), LOCAL_DIM), dtype=np.float32)
         if not texts:
             return vectors
-        model = self._model()
+        if len(texts) == 1:  # a query: one thread (QUERY_THREADS)
+            return self._model(QUERY_THREADS).embed_batch([texts[0][:MAX_TEXT_CHARS]])
+        model = self._model(self.intra_op_threads)
         # Batches of similar length waste little on padding, so sort by length and scatter back.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), self.batch_size):
@@ -167,6 +178,6 @@ class LocalEmbedder:
             vectors[positions] = model.embed_batch([texts[i][:MAX_TEXT_CHARS] for i in positions])
         return vectors
 
-    def _model(self) -> _LoadedModel:
+    def _model(self, threads: int | None = None) -> _LoadedModel:
         model_path = self._model_path or default_model_path()
-        return _load(model_path, self._expected_sha256, self.intra_op_threads)
+        return _load(model_path, self._expected_sha256, threads or self.intra_op_threads)
