@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS mcp_target_profiles (
     max_rows        INTEGER NOT NULL DEFAULT 200,
     timeout_ms      INTEGER NOT NULL DEFAULT 2000,
     allow_explain   INTEGER NOT NULL DEFAULT 1,
+    allow_explain_analyze INTEGER NOT NULL DEFAULT 0, -- 1: explain_sql may run analyze=true (runs the statement)
     allow_discovery INTEGER NOT NULL DEFAULT 1,
     active          INTEGER NOT NULL DEFAULT 1,
     comment         TEXT NOT NULL DEFAULT ''
@@ -70,6 +71,7 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_target_profiles (
     max_rows        INTEGER NOT NULL DEFAULT 200,
     timeout_ms      INTEGER NOT NULL DEFAULT 2000,
     allow_explain   INTEGER NOT NULL DEFAULT 1,
+    allow_explain_analyze INTEGER NOT NULL DEFAULT 0,
     allow_discovery INTEGER NOT NULL DEFAULT 1,
     active          INTEGER NOT NULL DEFAULT 1,
     comment         TEXT NOT NULL DEFAULT '',

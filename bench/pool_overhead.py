@@ -3,7 +3,8 @@
 For each engine (MariaDB, PostgreSQL, SQLite; the local servers of the test setup) one
 thread runs `SELECT 1` N times two ways, alternating in rounds so drift hits both alike:
 
-  pooled    gateway.pools.TargetPools.connection(target) -> SELECT 1 -> rollback + return
+  pooled    gateway.pools.TargetPools.connection(target) -> SELECT 1 -> return (rollback only
+            when a transaction may be open: MariaDB sessions are autocommit)
             (the path every query tool takes: health bookkeeping, read-only session)
   connect   the same session settings, a fresh connection per call (connect, SELECT 1, close)
 

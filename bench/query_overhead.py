@@ -2,15 +2,24 @@
 same query sent by the driver directly, for MariaDB and PostgreSQL, with 1 and 16 concurrent
 clients. Goal: gateway p50 <= 1.5 x direct p50 + 1 ms.
 
-    direct    one connection per client (autocommit), cursor.execute + fetchall
-    gateway   --mode server: tools/call run_sql_readonly over HTTPS to a real `mcp-gateway
-              serve` (1 worker, keep-alive httpx client per client thread);
-              --mode handler: QueryHandler.execute_tool in-process (validation, thread hop,
-              rules, parser, read-only transaction, digest), without HTTP/TLS/JSON-RPC.
-              --mode auto (default) uses server when the build serves /mcp/query.
+    direct     one driver connection per client (autocommit), cursor.execute + fetchall, in
+               client threads spread over --client-procs processes
+    gateway_wN --mode server: tools/call run_sql_readonly over HTTPS to a real `mcp-gateway
+               serve --workers N` (one gateway per --workers count, default 2 and 1), from the
+               lean asyncio HTTP/1.1 keep-alive TLS client of bench/lean_client.py, one
+               connection per client, spread over the same --client-procs processes;
+               --mode handler: QueryHandler.execute_tool in-process (validation, thread hop,
+               rules, parser, read-only transaction, digest), without HTTP/TLS/JSON-RPC.
+               --mode auto (default) uses server when the build serves /mcp/query.
 
-Also reported: the per-call cost of the parser check alone, and of counting a rule hit with
-an UPSERT into config.db per call versus the in-memory counter flushed once a second.
+Each (engine, clients) pair runs --rounds interleaved rounds (direct and every gateway, in
+rotated order), and the round with the median p50 is reported. Gateway rows also carry
+server_cpu_ms_per_call (user+system CPU of the gateway's processes per call), which other
+load on a shared machine distorts far less than latency. `floor_list_targets` is the same path with a tool
+that touches no database; `--baseline-tree DIR` adds a gateway running another checkout (for
+before/after in one run). Also reported: the per-call cost of the parser check alone, and of
+counting a rule hit with an UPSERT into config.db per call versus the in-memory counter
+flushed once a second.
 
     python bench/query_overhead.py --json bench/out/query_overhead.json [--calls 400] [--mode auto]
 """
@@ -20,13 +29,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import random
 import shutil
-import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -36,9 +44,11 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 import psycopg  # noqa: E402
 import pymysql  # noqa: E402
+from lean_client import Endpoint, run_http, run_threads, summary, tool_call  # noqa: E402
 
 from handlers.base import CallContext  # noqa: E402
 from handlers.query.readonly import check_readonly  # noqa: E402
@@ -52,20 +62,6 @@ POOL_MAX = 16
 
 def point_sql() -> str:
     return f"SELECT id, name, val FROM points WHERE id = {random.randint(1, ROWS)}"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def summary(latencies_ms: list[float], wall_s: float) -> dict[str, float]:
-    return {
-        "calls": len(latencies_ms),
-        "p50_ms": round(statistics.median(latencies_ms), 3),
-        "p95_ms": round(percentile(latencies_ms, 0.95), 3),
-        "throughput_per_s": round(len(latencies_ms) / wall_s, 1),
-    }
 
 
 # -- databases --------------------------------------------------------------------------------
@@ -118,55 +114,6 @@ def direct_caller(engine: str, settings: dict) -> Callable[[], Callable[[], None
 # -- running clients ---------------------------------------------------------------------------
 
 
-def run_threads(make_call: Callable[[], Callable[[], None]], clients: int, calls_per_client: int) -> dict[str, float]:
-    latencies: list[float] = []
-    lock = threading.Lock()
-    ready = threading.Barrier(clients + 1)
-
-    def client() -> None:
-        call = make_call()
-        for _ in range(10):
-            call()  # warm up: connections, pools, caches
-        ready.wait()
-        mine = []
-        for _ in range(calls_per_client):
-            started = time.perf_counter()
-            call()
-            mine.append((time.perf_counter() - started) * 1000)
-        with lock:
-            latencies.extend(mine)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    ready.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return summary(latencies, time.perf_counter() - started)
-
-
-def server_caller(gateway: Any, tool: str, arguments: Callable[[], dict]) -> Callable[[], Callable[[], None]]:
-    def make() -> Callable[[], None]:
-        client = gateway.client()
-        headers = {**gateway.auth("query"), "MCP-Protocol-Version": "2025-06-18", "Accept": "application/json, text/event-stream"}
-
-        def call() -> None:
-            body = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": tool, "arguments": arguments()},
-            }
-            answer = client.post("/mcp/query", json=body, headers=headers).json()
-            if answer["result"].get("isError"):
-                raise RuntimeError(answer)
-
-        return call
-
-    return make
-
-
 def run_handler(handler: Any, tool: str, arguments: Callable[[], dict], clients: int, calls_per_client: int) -> dict[str, float]:
     """Concurrent calls on one event loop, as the server makes them."""
     spec = handler.find_tool(tool)
@@ -197,44 +144,52 @@ def run_handler(handler: Any, tool: str, arguments: Callable[[], dict], clients:
 # -- the gateway -------------------------------------------------------------------------------
 
 
-def bootstrap_toml(maria: dict, pg: dict) -> tuple[str, dict[str, str]]:
-    from server_process import default_tokens
-
-    tokens = default_tokens()
-    lines = ["[variables]", f'"mcp-query_pool_max" = {POOL_MAX}']
+def bootstrap_toml(maria: dict, pg: dict, tokens: dict[str, str], port: int) -> str:
+    lines = ["[variables]", f'"mcp-port" = {port}', '"mcp-use_ssl" = true', f'"mcp-query_pool_max" = {POOL_MAX}']
     lines += [f'"mcp-{endpoint}_endpoint_auth" = "{token}"' for endpoint, token in tokens.items()]
     lines += ["", "[[mcp_auth_profiles]]", 'auth_profile_id = "maria"', 'db_username = "root"', 'db_password = ""']
     lines += ["", "[[mcp_auth_profiles]]", 'auth_profile_id = "pg"', 'db_username = "postgres"', 'db_password = ""']
-    for target_id, protocol, port, database in (("maria", "mysql", 3306, maria["database"]), ("pg", "pgsql", 5432, pg["dbname"])):
+    for target_id, protocol, port_, database in (
+        ("maria", "mysql", 3306, maria["database"]),
+        ("pg", "pgsql", 5432, pg["dbname"]),
+    ):
         lines += ["", "[[mcp_target_profiles]]", f'target_id = "{target_id}"', f'protocol = "{protocol}"', 'host = "127.0.0.1"']
-        lines += [f"port = {port}", f'database = "{database}"', f'auth_profile_id = "{target_id}"']
-    return "\n".join(lines) + "\n", tokens
+        lines += [f"port = {port_}", f'database = "{database}"', f'auth_profile_id = "{target_id}"']
+    return "\n".join(lines) + "\n"
 
 
-def start_server(tmp: Path, maria: dict, pg: dict) -> Any:
+def start_server(tmp: Path, maria: dict, pg: dict, *, workers: int, source_tree: Path) -> Any:
+    """`mcp-gateway serve --workers N` running the code of source_tree (this checkout, or a
+    baseline copy given with --baseline-tree)."""
     import os
     import subprocess
 
-    from server_process import GatewayProcess, _wait_healthy, free_port, gateway_command
+    from server_process import GatewayProcess, _wait_healthy, default_tokens, free_port, gateway_command
 
+    tmp.mkdir()
     data_dir, config_path, log_path = tmp / "data", tmp / "gateway.toml", tmp / "gateway.log"
     data_dir.mkdir()
     port = free_port()
-    text, tokens = bootstrap_toml(maria, pg)
-    config_path.write_text(text.replace("[variables]", f'[variables]\n"mcp-port" = {port}\n"mcp-use_ssl" = true', 1))
+    tokens = default_tokens()
+    config_path.write_text(bootstrap_toml(maria, pg, tokens, port))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source_tree), env.get("PYTHONPATH", "")]))
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            gateway_command(data_dir, config_path, port, workers=1), cwd=tmp, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            gateway_command(data_dir, config_path, port, workers=workers), cwd=tmp, env=env, stdout=log_file,
+            stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     gateway = GatewayProcess(
         base_url=f"https://127.0.0.1:{port}", tokens=tokens, ca_path=data_dir / "tls" / "cert.pem", data_dir=data_dir,
         config_path=config_path, log_path=log_path, process=process,
     )  # fmt: skip
-    _wait_healthy(gateway, 60)
+    _wait_healthy(gateway, 90, workers=workers)
     return gateway
+
+
+def endpoint_of(gateway: Any) -> Endpoint:
+    port = int(gateway.base_url.rsplit(":", 1)[1])
+    return Endpoint(port=port, path="/mcp/query", token=gateway.tokens["query"], ca_path=str(gateway.ca_path))
 
 
 def in_process_handler(tmp: Path, maria: dict, pg: dict) -> Any:
@@ -289,10 +244,106 @@ def micro(tmp: Path, repeats: int = 2000) -> dict[str, float]:
     }
 
 
+def median_round(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    """The round with the median p50, with every round's p50 kept."""
+    chosen = sorted(rounds, key=lambda r: r["p50_ms"])[len(rounds) // 2]
+    return {**chosen, "p50_rounds": [r["p50_ms"] for r in rounds]}
+
+
+def rotated(sides: list[str], index: int) -> list[str]:
+    """Round `index` starts with a different side each time, so no side always runs first."""
+    shift = index % len(sides)
+    return sides[shift:] + sides[:shift]
+
+
+def measure_servers(
+    args: argparse.Namespace, servers: dict[str, Any], maria: dict, pg: dict
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Interleaved rounds: per engine and client count, each round measures the driver directly
+    and every gateway (in rotated order), so a burst of other load on the machine hits all
+    sides alike."""
+    endpoints = {label: endpoint_of(gateway) for label, gateway in servers.items()}
+    results: dict[str, Any] = {}
+    for engine, settings in (("maria", maria), ("pg", pg)):
+        for clients in (1, 16):
+            per_client = args.calls if clients == 1 else max(20, args.calls // 4)
+            spread = {"clients": clients, "calls_per_client": per_client, "procs": args.client_procs}
+            rounds: dict[str, list[dict[str, float]]] = {"direct": [], **{label: [] for label in servers}}
+            body = lambda e=engine: tool_call("run_sql_readonly", {"target_id": e, "sql": point_sql()})  # noqa: E731
+            for index in range(args.rounds):
+                for side in rotated(["direct", *endpoints], index):
+                    if side == "direct":
+                        measured = run_threads(direct_caller(engine, settings), **spread)
+                    else:
+                        measured = run_http(endpoints[side], body, **spread, server_group=servers[side].process.pid)
+                    rounds[side].append(summary(*measured))
+            row: dict[str, Any] = {side: median_round(measured) for side, measured in rounds.items()}
+            direct_p50 = row["direct"]["p50_ms"]
+            row["goal_p50_ms"] = round(1.5 * direct_p50 + 1.0, 3)
+            row["ratio_p50"] = {label: round(row[label]["p50_ms"] / direct_p50, 2) for label in servers}
+            row["meets_goal"] = {label: row[label]["p50_ms"] <= row["goal_p50_ms"] for label in servers}
+            results[f"{engine}_c{clients}"] = row
+            print(
+                f"{engine} c={clients}: {json.dumps({k: v['p50_ms'] for k, v in row.items() if isinstance(v, dict) and 'p50_ms' in v})}",
+                file=sys.stderr,
+                flush=True,
+            )
+    # The gateway's own floor: a tool that touches no database, through the same path.
+    floor: dict[str, Any] = {}
+    for clients in (1, 16):
+        per_client = args.calls if clients == 1 else max(20, args.calls // 4)
+        rounds = {label: [] for label in servers}
+        for index in range(args.rounds):
+            for label in rotated(list(endpoints), index):
+                measured = run_http(
+                    endpoints[label], lambda: tool_call("list_targets", {}), clients=clients, calls_per_client=per_client,
+                    procs=args.client_procs, server_group=servers[label].process.pid,
+                )  # fmt: skip
+                rounds[label].append(summary(*measured))
+        floor[f"c{clients}"] = {label: median_round(measured) for label, measured in rounds.items()}
+    for key, row in results.items():
+        level = key.split("_")[1]
+        row["sql_tool_minus_floor_p50_ms"] = {
+            label: round(row[label]["p50_ms"] - floor[level][label]["p50_ms"], 3) for label in servers
+        }
+    return results, floor
+
+
+def measure_handler(args: argparse.Namespace, handler: Any, maria: dict, pg: dict) -> tuple[dict[str, Any], dict[str, Any]]:
+    results: dict[str, Any] = {}
+    for engine, settings in (("maria", maria), ("pg", pg)):
+        for clients in (1, 16):
+            per_client = args.calls if clients == 1 else max(20, args.calls // 4)
+            direct = summary(
+                *run_threads(
+                    direct_caller(engine, settings), clients=clients, calls_per_client=per_client, procs=args.client_procs
+                )
+            )
+            through = run_handler(
+                handler, "run_sql_readonly", lambda e=engine: {"target_id": e, "sql": point_sql()}, clients, per_client
+            )
+            goal = round(1.5 * direct["p50_ms"] + 1.0, 3)
+            results[f"{engine}_c{clients}"] = {
+                "direct": direct, "handler": through, "goal_p50_ms": goal, "meets_goal": through["p50_ms"] <= goal,
+                "ratio_p50": round(through["p50_ms"] / direct["p50_ms"], 2),
+            }  # fmt: skip
+    floor = {
+        f"c{c}": run_handler(handler, "list_targets", dict, c, args.calls if c == 1 else max(20, args.calls // 4))
+        for c in (1, 16)
+    }
+    return results, floor
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=400, help="calls for 1 client; 16 clients make calls/4 each")
     parser.add_argument("--mode", choices=("auto", "server", "handler"), default="auto")
+    parser.add_argument("--workers", default="2,1", help="comma-separated uvicorn worker counts, one gateway each")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the round with the median p50 is reported")
+    parser.add_argument("--client-procs", type=int, default=2, help="load-generator processes (direct and gateway alike)")
+    parser.add_argument(
+        "--baseline-tree", type=Path, help="also run a gateway (first --workers count) from this source tree, in the same rounds"
+    )
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
     from server_process import registered_endpoints, stop_gateway
@@ -300,56 +351,47 @@ def main() -> None:
     mode = args.mode
     if mode == "auto":
         mode = "server" if "query" in registered_endpoints() else "handler"
+    workers = [int(w) for w in args.workers.split(",")]
     random.seed(1)
     name = f"mcpgw_bench_{uuid.uuid4().hex[:8]}"
     tmp = Path(tempfile.mkdtemp(prefix="mcpgw-qbench-"))
+    load_before = list(os.getloadavg())
     maria, pg = create_databases(name)
-    gateway = handler = store = None
+    servers: dict[str, Any] = {}
+    handler = store = None
     try:
         if mode == "server":
-            gateway = start_server(tmp, maria, pg)
+            for count in workers:
+                servers[f"gateway_w{count}"] = start_server(tmp / f"w{count}", maria, pg, workers=count, source_tree=REPO_ROOT)
+            if args.baseline_tree:
+                servers[f"baseline_w{workers[0]}"] = start_server(
+                    tmp / "baseline", maria, pg, workers=workers[0], source_tree=args.baseline_tree.resolve()
+                )
+            results, floor = measure_servers(args, servers, maria, pg)
         else:
             handler, store = in_process_handler(tmp, maria, pg)
-        results: dict[str, Any] = {}
-
-        def through_gateway(tool: str, arguments: Callable[[], dict], clients: int, per_client: int) -> dict[str, float]:
-            if gateway is not None:
-                return run_threads(server_caller(gateway, tool, arguments), clients, per_client)
-            return run_handler(handler, tool, arguments, clients, per_client)
-
-        for engine, settings in (("maria", maria), ("pg", pg)):
-            for clients in (1, 16):
-                per_client = args.calls if clients == 1 else max(20, args.calls // 4)
-                direct = run_threads(direct_caller(engine, settings), clients, per_client)
-                through = through_gateway(
-                    "run_sql_readonly", lambda e=engine: {"target_id": e, "sql": point_sql()}, clients, per_client
-                )
-                budget = 1.5 * direct["p50_ms"] + 1.0
-                results[f"{engine}_c{clients}"] = {
-                    "direct": direct,
-                    "gateway": through,
-                    "ratio_p50": round(through["p50_ms"] / direct["p50_ms"], 2),
-                    "goal_p50_ms": round(budget, 3),
-                    "meets_goal": through["p50_ms"] <= budget,
-                }
-        # The gateway's own floor: a tool that touches no database, through the same path.
-        floor = {
-            f"c{c}": through_gateway("list_targets", dict, c, args.calls if c == 1 else max(20, args.calls // 4)) for c in (1, 16)
-        }
-        for key, row in results.items():
-            row["sql_tool_minus_floor_p50_ms"] = round(row["gateway"]["p50_ms"] - floor[key.split("_")[1]]["p50_ms"], 3)
+            results, floor = measure_handler(args, handler, maria, pg)
         output = {
             "bench": "query_overhead",
             "mode": mode,
-            "mode_note": "server: real HTTPS mcp-gateway serve (1 worker)" if mode == "server" else "handler.execute_tool in-process (no HTTP/TLS): /mcp/query not registered in this build",
+            "mode_note": (
+                "server: real HTTPS mcp-gateway serve per worker count (gateway_wN); lean asyncio HTTP/1.1 keep-alive TLS "
+                "clients and direct driver clients alike spread over client_procs processes, interleaved rounds"
+                if mode == "server" else "handler.execute_tool in-process (no HTTP/TLS)"
+            ),
             "python": platform.python_version(),
             "rows": ROWS,
+            "rounds": args.rounds,
+            "client_procs": args.client_procs,
+            "baseline_tree": str(args.baseline_tree) if args.baseline_tree else None,
+            "load_average_before_after": [load_before, list(os.getloadavg())],
+            "cpus": os.cpu_count(),
             "results": results,
             "floor_list_targets": floor,
             "micro": micro(tmp),
         }  # fmt: skip
     finally:
-        if gateway is not None:
+        for gateway in servers.values():
             stop_gateway(gateway)
         if handler is not None:
             asyncio.run(handler.close())

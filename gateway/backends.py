@@ -4,7 +4,9 @@ Every session is read-only at the backend (default_transaction_read_only, SET SE
 TRANSACTION READ ONLY, mode=ro + query_only) and carries the target's timeout_ms as its
 statement timeout (statement_timeout, max_statement_time / max_execution_time, and for sqlite
 a progress handler polling `SqliteConnection.deadline`), so a safety bug elsewhere still
-cannot write or run forever. pymysql never gets CLIENT.MULTI_STATEMENTS.
+cannot write or run forever. pymysql never gets CLIENT.MULTI_STATEMENTS, and runs in
+autocommit: a statement's transaction ends with it, so returning a connection to the pool
+needs no ROLLBACK round trip unless the server reported a transaction open (`needs_rollback`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import psycopg
 import pymysql
-from pymysql.constants import CLIENT
+from pymysql.constants import CLIENT, SERVER_STATUS
 
 from gateway.targets import Target
 
@@ -43,7 +45,7 @@ def connect_mysql(target: Target, *, connect_timeout_s: float, io_timeout_s: flo
         password=target.password,
         database=target.database or target.default_schema or None,
         charset="utf8mb4",
-        autocommit=False,
+        autocommit=True,
         client_flag=0,  # no MULTI_STATEMENTS: one statement per call, whatever the caller sends
         connect_timeout=max(1, math.ceil(connect_timeout_s)),
         read_timeout=io_timeout_s,
@@ -59,7 +61,6 @@ def connect_mysql(target: Target, *, connect_timeout_s: float, io_timeout_s: flo
             cur.execute("SET SESSION max_statement_time = %s", (target.timeout_ms / 1000,))
         else:
             cur.execute("SET SESSION max_execution_time = %s", (target.timeout_ms,))
-    conn.commit()
     return conn
 
 
@@ -131,3 +132,19 @@ def connection_broken(conn: Any) -> bool:
     if isinstance(conn, pymysql.connections.Connection):
         return not conn.open
     return False  # sqlite: a local file does not drop the connection
+
+
+def needs_rollback(conn: Any) -> bool:
+    """Whether a returned connection may hold an open transaction.
+
+    pymysql: from the status flags of the server's last OK packet (result sets do not update
+    them). In autocommit a transaction opens only through a statement answered with an OK
+    packet (START TRANSACTION, SET autocommit = 0, ...: refused by the allowlist, never sent by
+    the gateway after START TRANSACTION without its ROLLBACK; stored functions may not change
+    autocommit), so "autocommit on, no transaction" cannot be stale in the unsafe direction."""
+    if isinstance(conn, psycopg.Connection):
+        return conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+    if isinstance(conn, pymysql.connections.Connection):
+        status = conn.server_status or 0
+        return bool(status & SERVER_STATUS.SERVER_STATUS_IN_TRANS) or not status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT
+    return bool(conn.in_transaction)

@@ -1,7 +1,7 @@
 """Connection pools per query target: the one place the gateway opens backend connections.
 
     pgsql   psycopg_pool.ConnectionPool
-    mysql   BoundedPool of pymysql connections (never CLIENT.MULTI_STATEMENTS, autocommit off)
+    mysql   BoundedPool of pymysql connections (never CLIENT.MULTI_STATEMENTS, autocommit on)
     sqlite  BoundedPool of stdlib sqlite3 connections opened read-only (`file:...?mode=ro`)
 
 Sessions are opened read-only with the target's statement timeout (gateway/backends.py).
@@ -9,9 +9,10 @@ Sessions are opened read-only with the target's statement timeout (gateway/backe
 Health: a connection idle longer than mcp-query_pool_idle_check_ms, or returned before the
 pool last saw a connection die, is pinged before it is handed out; a dead one is discarded
 and replaced, which is how pools recover after a backend restart. `connection()` rolls back
-and returns the connection; one that broke during the call is discarded and the call gets
-UNAVAILABLE. Pools are created on first use and rebuilt only for targets whose definition
-changed (`update`).
+when a transaction may be open (backends.needs_rollback: a free check, so an autocommit
+MariaDB session costs no ROLLBACK round trip) and returns the connection; one that broke
+during the call is discarded and the call gets UNAVAILABLE. Pools are created on first use
+and rebuilt only for targets whose definition changed (`update`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gateway.backends import (
     connect_mysql,
     connect_sqlite,
     connection_broken,
+    needs_rollback,
     pg_kwargs,
     ping_mysql,
     ping_sqlite,
@@ -235,26 +237,31 @@ class _TargetPool:
         return conn
 
     def putconn(self, conn: Any) -> None:
-        """Roll back and return; a connection that cannot roll back is discarded."""
+        """Roll back when a transaction may be open, and return. A connection that cannot roll
+        back is discarded as dead; one still outside autocommit after it (a borrower turned
+        autocommit off) is discarded too, so the next borrower never inherits that."""
         broken = connection_broken(conn)
-        if not broken:
+        keep = not broken
+        if keep:
             try:
                 if isinstance(conn, SqliteConnection):
                     conn.deadline = math.inf
-                conn.rollback()
+                if needs_rollback(conn):
+                    conn.rollback()
+                    keep = not needs_rollback(conn)
             except Exception:  # noqa: BLE001 - it died while we were using it
-                broken = True
+                broken, keep = True, False
         if broken:
             self.health.connection_died()
         if self.pg is not None:
-            if broken and not conn.closed:
+            if not keep and not conn.closed:
                 conn.close()  # psycopg_pool discards closed connections on putconn
             conn._mcp_returned_at = time.monotonic()
             self.pg.putconn(conn)
-        elif broken:
-            self.bounded.discard(conn)
-        else:
+        elif keep:
             self.bounded.putconn(conn)
+        else:
+            self.bounded.discard(conn)
 
     def stats(self) -> dict[str, Any]:
         if self.pg is not None:

@@ -19,6 +19,7 @@ and returns the rows of its runtime tables, so a LOAD that does not validate cha
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -36,6 +37,8 @@ from gateway.variables import Variable
 
 # build(memory rows by table, variables) -> runtime rows by runtime table name
 BuildFn = Callable[[Mapping[str, list[dict[str, Any]]], Mapping[str, Variable]], dict[str, list[dict[str, Any]]]]
+
+log = logging.getLogger("mcp_gateway.store")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class ConfigStore:
             conn = sqlite.connect(path)
             for statement in sqlite.iter_statements(ddl):
                 conn.execute(statement)
+            add_missing_columns(conn, ddl)
             conn.close()
             os.chmod(path, 0o600)
         conn = self.conn()
@@ -214,3 +218,27 @@ class ConfigStore:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def add_missing_columns(conn: apsw.Connection, ddl: str) -> list[str]:
+    """Migrate a data directory made by an older version forward: add the columns `ddl`
+    declares that its tables lack, with their declared type and default. Admin tables only
+    ever gain columns; values are validated at LOAD, as for any edit. Returns "table.column"s."""
+    declared = apsw.Connection(":memory:")
+    for statement in sqlite.iter_statements(ddl):
+        declared.execute(statement)
+    added = []
+    for (table,) in declared.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        present = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+        for _, column, kind, not_null, default, _ in declared.execute(f'PRAGMA table_info("{table}")').fetchall():
+            if column in present:
+                continue
+            clause = f'ALTER TABLE "{table}" ADD COLUMN "{column}" {kind}'
+            if default is not None:  # as written in schema.sql: a literal
+                clause += f" {'NOT NULL ' if not_null else ''}DEFAULT {default}"
+            conn.execute(clause)
+            added.append(f"{table}.{column}")
+    declared.close()
+    if added:
+        log.info("configuration tables migrated: added %s", ", ".join(added))
+    return added

@@ -4,18 +4,28 @@ transaction with a server-side statement timeout, always rolled back.
     PostgreSQL  BEGIN READ ONLY + SET LOCAL statement_timeout, standard_conforming_strings
                 [, search_path] (our own text, one round trip), then the statement through
                 cursor.stream(): the extended protocol, whose Parse refuses a second statement,
-                rows read one by one; then ROLLBACK. Three round trips. Note: an empty params tuple does NOT
-                force the extended protocol in psycopg 3 (it checks `if params`), so
-                `execute(sql, ())` would still run `SELECT 1; DROP ...`. (A pipeline does the
-                same in one round trip but measured slower: psycopg polls through it.)
+                rows read one by one; then ROLLBACK. Three round trips. The transaction is
+                what makes the settings per call: a function in the database that changes a
+                session setting (set_config(..., false)) is undone by the ROLLBACK, where with
+                session-level settings and autocommit it would outlive the call (a
+                one-round-trip variant measured ~40 us against ~65 us for these three, with
+                the two texts of our own sent straight through libpq: PQexec, which releases
+                the GIL; through psycopg cursors the three cost ~125 us). Note: an empty
+                params tuple does NOT force the extended protocol in psycopg 3 (it checks
+                `if params`), so `execute(sql, ())` would still run `SELECT 1; DROP ...`. (A
+                pipeline does the same in one round trip but measured slower: psycopg polls
+                through it.)
     MariaDB     SET STATEMENT max_statement_time=<s>, tx_read_only=1 FOR <stmt>: the
-                statement's own transaction is read-only and timed, in one round trip. Unlike
+                statement's own transaction is read-only and timed, in one round trip, and the
+                variables are restored after it even if a stored function changed them. Unlike
                 START TRANSACTION READ ONLY this also refuses DDL, which would otherwise commit
-                implicitly and run outside the read-only transaction. Then ROLLBACK when the
-                server reports a transaction open. The connection must not have
-                CLIENT_MULTI_STATEMENTS.
+                implicitly and run outside the read-only transaction. The pool's sessions are
+                autocommit, so nothing stays open after the statement (no ROLLBACK round trip;
+                the server's transaction flag is still checked before and after). The
+                connection must not have CLIENT_MULTI_STATEMENTS.
     MySQL       SET SESSION transaction_read_only / max_execution_time + START TRANSACTION
-                READ ONLY (MySQL has no SET STATEMENT). Not exercised in CI: no MySQL server.
+                READ ONLY (MySQL has no SET STATEMENT), then ROLLBACK. Not exercised in CI: no
+                MySQL server.
     SQLite      PRAGMA query_only, BEGIN ... ROLLBACK, and a progress-handler deadline; the
                 pool opens files read-only (mode=ro).
 
@@ -38,8 +48,9 @@ import psycopg
 import pymysql
 import pymysql.cursors
 from psycopg import sql as pgsql
-from pymysql.constants import CLIENT, FIELD_TYPE, SERVER_STATUS
+from pymysql.constants import CLIENT, FIELD_TYPE
 
+from gateway.backends import needs_rollback
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
 from handlers.query.values import encode_row, row_bytes
 
@@ -157,24 +168,33 @@ def _pg_type_name(conn: psycopg.Connection, oid: int) -> str:
     return f"{info.name}[]" if info.array_oid == oid else info.name
 
 
+def _pg_exec(conn: psycopg.Connection, command: bytes) -> None:
+    """Run one of our own fixed commands through libpq: one round trip, no cursor."""
+    result = conn.pgconn.exec_(command)
+    if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+
+
+def _pg_setup(conn: psycopg.Connection, timeout_ms: int, schema: str | None) -> bytes:
+    # Our own text (an int and a libpq-quoted identifier), one round trip on the simple protocol.
+    # standard_conforming_strings: backslashes in '...' are plain characters, as sqlglot reads
+    # and writes them; with it off, a string ending in a backslash would swallow its quote.
+    setup = f"BEGIN READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; SET LOCAL standard_conforming_strings = on"
+    if not schema:
+        return setup.encode()
+    return pgsql.SQL("{}; SET LOCAL search_path = {}").format(pgsql.SQL(setup), pgsql.Identifier(schema)).as_bytes(conn)
+
+
 def _run_pgsql(
     conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
 ) -> tuple:
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         conn.rollback()
-    # Our own text (an int and a libpq-quoted identifier), one round trip on the simple protocol.
-    # standard_conforming_strings: backslashes in '...' are plain characters, as sqlglot reads
-    # and writes them; with it off, a string ending in a backslash would swallow its quote.
-    setup = pgsql.SQL("BEGIN READ ONLY; SET LOCAL statement_timeout = {}; SET LOCAL standard_conforming_strings = on").format(
-        pgsql.Literal(timeout_ms)
-    )
-    if schema:
-        setup = pgsql.SQL("{}; SET LOCAL search_path = {}").format(setup, pgsql.Identifier(schema))
-    autocommit = conn.autocommit
-    conn.autocommit = True  # we send BEGIN READ ONLY ourselves, with the timeouts
     try:
+        # Our BEGIN opens the transaction, so psycopg sends none of its own, whatever the
+        # connection's autocommit setting.
+        _pg_exec(conn, _pg_setup(conn, timeout_ms, schema))
         with conn.cursor() as cur:
-            cur.execute(setup)
             # stream() always uses the extended protocol (Parse takes exactly one statement)
             # and hands rows over one by one, so rows past the caps are never held.
             rows_iter = cur.stream(sql)
@@ -189,10 +209,18 @@ def _run_pgsql(
     except psycopg.Error as exc:
         raise _pg_error(exc, timeout_ms) from exc
     finally:
-        if not conn.closed:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
-            conn.autocommit = autocommit
+        _pg_end(conn)
+
+
+def _pg_end(conn: psycopg.Connection) -> None:
+    """Never leave the transaction open: roll back, or close a session that cannot (the pool
+    then discards it)."""
+    if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        _pg_exec(conn, b"ROLLBACK")
+    except psycopg.Error:
+        conn.close()
 
 
 # -- MySQL / MariaDB ---------------------------------------------------------------------------
@@ -219,7 +247,7 @@ def _run_mysql(
     mariadb = "mariadb" in conn.get_server_info().lower()
     cur = conn.cursor(pymysql.cursors.SSCursor)  # unbuffered: rows past the cap are never held
     try:
-        if conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+        if needs_rollback(conn):
             conn.rollback()  # tx_read_only only governs a transaction the statement itself starts
         if schema:
             conn.select_db(schema)  # COM_INIT_DB: the name is never part of SQL text
@@ -240,7 +268,7 @@ def _run_mysql(
     finally:
         try:
             cur.close()  # drains what the LIMIT let through
-            if conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            if needs_rollback(conn):  # free in autocommit (the pool's sessions): no round trip
                 conn.rollback()
             if schema and conn.db:
                 conn.select_db(conn.db)  # the pooled session keeps its default database

@@ -26,13 +26,15 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
+from sqlglot.parser import Parser
+from sqlglot.tokens import Token, Tokenizer
 
 from gateway.errors import InvalidArgument
 
@@ -104,6 +106,25 @@ def _dialect(name: str) -> Dialect:
     return Dialect.get_or_raise(name)  # builds a new instance per call otherwise
 
 
+_local = threading.local()
+
+
+def _tools(dialect: str) -> tuple[Tokenizer, Parser]:
+    """This thread's tokenizer and parser for the dialect. Both reset themselves on every
+    call; building them per statement cost a quarter of a parse."""
+    tools = getattr(_local, "tools", None)
+    if tools is None:
+        tools = _local.tools = {}
+    pair = tools.get(dialect)
+    if pair is None:
+        pair = tools[dialect] = (_dialect(dialect).tokenizer(), _dialect(dialect).parser())
+    return pair
+
+
+def _tokenize(sql: str, dialect: str) -> list[Token]:
+    return _tools(dialect)[0].tokenize(sql)
+
+
 def dialect_of(protocol: str) -> str:
     try:
         return DIALECTS[protocol]
@@ -173,8 +194,9 @@ def check_tree(tree: exp.Expression) -> None:
 
 
 def _parse_one(sql: str, dialect: str) -> exp.Expression:
+    tokenizer, parser = _tools(dialect)
     try:
-        statements = [s for s in _dialect(dialect).parse(sql) if s is not None]
+        statements = [s for s in parser.parse(tokenizer.tokenize(sql), sql) if s is not None]
     except SqlglotError:
         raise refuse("the statement could not be parsed (unknown syntax is refused)") from None
     if len(statements) != 1:
@@ -200,7 +222,7 @@ def _explain_inner(sql: str, dialect: str) -> tuple[str, str] | None:
     if not _MAYBE_EXPLAIN.search(sql):
         return None  # cheap pre-check; a missed EXPLAIN parses as DESCRIBE/Command and is refused
     try:
-        tokens = sqlglot.tokenize(sql, read=dialect)
+        tokens = _tokenize(sql, dialect)
     except SqlglotError:
         raise refuse("the statement could not be tokenized") from None
     if not tokens or tokens[0].text.upper() not in _PLAIN_EXPLAIN:
@@ -208,7 +230,7 @@ def _explain_inner(sql: str, dialect: str) -> tuple[str, str] | None:
     # Some dialects lex EXPLAIN as a command swallowing the rest: lex the rest on its own.
     rest = sql[tokens[0].end + 1 :]
     try:
-        tokens = sqlglot.tokenize(rest, read=dialect)
+        tokens = _tokenize(rest, dialect)
     except SqlglotError:
         raise refuse("the statement could not be tokenized") from None
     if not tokens:
@@ -328,7 +350,9 @@ def parse_fragment(text: str, kind: str, dialect: str) -> Any:
     The text is wrapped only to be parsed: what runs is regenerated from the parsed nodes."""
     template, allowed = _FRAGMENTS[kind]
     try:
-        statements = [s for s in sqlglot.parse(template.format(text), read=dialect) if s is not None]
+        tokenizer, parser = _tools(dialect)
+        wrapped = template.format(text)
+        statements = [s for s in parser.parse(tokenizer.tokenize(wrapped), wrapped) if s is not None]
     except Exception:  # noqa: BLE001 - SqlglotError, or a sqlglot bug on odd input: fail closed
         raise InvalidArgument(f"{kind} could not be parsed as an SQL expression") from None
     tree = statements[0] if len(statements) == 1 else None

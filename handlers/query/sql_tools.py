@@ -339,8 +339,10 @@ class SqlTools(ToolHandler):
         target = self._pools().resolve(args.target_id)
         if not target.allow_explain:
             raise InvalidArgument(f"target {target.target_id} does not allow EXPLAIN (allow_explain=0)")
-        if args.analyze and not getattr(target, "allow_explain_analyze", False):
-            raise InvalidArgument(f"target {target.target_id} does not allow EXPLAIN ANALYZE; plain EXPLAIN only (analyze=false)")
+        if args.analyze and not target.allow_explain_analyze:
+            raise InvalidArgument(
+                f"target {target.target_id} does not allow EXPLAIN ANALYZE (allow_explain_analyze=0); plain EXPLAIN only (analyze=false)"
+            )
         if args.analyze and target.protocol == "sqlite":
             raise InvalidArgument("SQLite has no EXPLAIN ANALYZE")
         out = self._run(

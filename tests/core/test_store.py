@@ -89,3 +89,20 @@ def test_data_files_are_private(store):
     assert (store.config_path.stat().st_mode & 0o777) == 0o600
     assert (store.disk_path.stat().st_mode & 0o777) == 0o600
     assert sqlite.scalar(store.conn(), "PRAGMA journal_mode") == "wal"
+
+
+def test_an_older_data_directory_gains_new_columns_on_start(tmp_path):
+    # A data directory from before mcp_target_profiles.allow_explain_analyze existed.
+    old = open_store(tmp_path / "data")
+    old.initialize()
+    for db in ("main", "disk"):
+        conn = old.conn()
+        conn.execute(f"ALTER TABLE {db}.mcp_target_profiles DROP COLUMN allow_explain_analyze")
+        conn.execute(f"INSERT INTO {db}.mcp_target_profiles (target_id, protocol, database) VALUES ('t1', 'sqlite', '/tmp/x.db')")
+    old.close()
+    store = open_store(tmp_path / "data")
+    store.initialize()
+    for db in ("main", "disk"):
+        rows = sqlite.rows(store.conn(), f"SELECT target_id, allow_explain_analyze FROM {db}.mcp_target_profiles")
+        assert rows == [{"target_id": "t1", "allow_explain_analyze": 0}]
+    store.conn().execute("UPDATE mcp_target_profiles SET allow_explain_analyze = 1")  # and admins can now set it

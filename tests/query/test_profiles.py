@@ -101,6 +101,7 @@ def test_every_target_loads_effective_or_says_why(tmp_path: Path, lite_file: Pat
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "max_rows": 0}, "max_rows"),
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "active": 2}, "active must be 0 or 1"),
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "allow_explain": "maybe"}, "allow_explain"),
+        ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "allow_explain_analyze": 2}, "allow_explain_analyze"),
         ("mcp_target_profiles", {"target_id": "bad id!", "protocol": "mysql"}, "target_id must be"),
         ("mcp_auth_profiles", {"auth_profile_id": "x", "ssl_mode": "sometimes"}, "ssl_mode"),
         ("mcp_auth_profiles", {"auth_profile_id": "x", "db_password": "env:1BAD"}, "env: reference"),

@@ -2,7 +2,9 @@
 straight to `execute_readonly` on ordinary read-write connections are refused by the engine's
 read-only transaction; several statements in one call are refused by the protocol; a slow
 statement is cancelled by the server. Controls show each refusal is ours, not the driver's
-default: the same text through the plain driver does write / does run twice.
+default: the same text through the plain driver does write / does run twice. MariaDB is
+tested with autocommit off and on (the pool's sessions are autocommit), and EXPLAIN ANALYZE
+forms, which run the statement, are among the writes.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ MARIADB_WRITES = [
     "CREATE DATABASE mcpgw_pwned",
     "CREATE TEMPORARY TABLE pwned (a int)",
     "SELECT * FROM items FOR UPDATE",
+    "ANALYZE FORMAT=JSON DELETE FROM items",
+    "ANALYZE UPDATE items SET name = 'pwned'",
 ]
 PG_WRITES = [
     "DELETE FROM items",
@@ -51,6 +55,7 @@ PG_WRITES = [
     "SELECT * FROM items FOR UPDATE",
     "SELECT * FROM items FOR SHARE",
     "SELECT set_config('default_transaction_read_only', 'off', false); DELETE FROM items",
+    "EXPLAIN (ANALYZE, FORMAT JSON) DELETE FROM items",
 ]
 SQLITE_WRITES = [
     "DELETE FROM items",
@@ -64,10 +69,12 @@ SQLITE_WRITES = [
 def plain(sql_env: dict) -> Iterator[dict]:  # noqa: F811
     """Ordinary read-write connections: none of the pool's session-level protections."""
     maria = pymysql.connect(**sql_env["maria"], autocommit=False)
+    maria_ac = pymysql.connect(**sql_env["maria"], autocommit=True)
     pg = psycopg.connect(**sql_env["pg"])
     lite = sqlite3.connect(sql_env["lite"], check_same_thread=False)  # writable: the engine layer must hold alone
-    yield {"maria": maria, "pg": pg, "lite": lite}
+    yield {"maria": maria, "maria_ac": maria_ac, "pg": pg, "lite": lite}
     maria.close()
+    maria_ac.close()
     pg.close()
     lite.close()
 
@@ -80,11 +87,12 @@ def _lite_count(path: object) -> int:
         conn.close()
 
 
+@pytest.mark.parametrize("conn", ["maria", "maria_ac"])
 @pytest.mark.parametrize("sql", MARIADB_WRITES)
-def test_mariadb_engine_alone_refuses_writes(sql_env: dict, plain: dict, sql: str) -> None:  # noqa: F811
+def test_mariadb_engine_alone_refuses_writes(sql_env: dict, plain: dict, sql: str, conn: str) -> None:  # noqa: F811
     before = mariadb_checksum(sql_env["maria"])
     with pytest.raises(InvalidArgument, match="(read-only|rejected)"):
-        execute_readonly("mysql", plain["maria"], sql, **LIMITS)
+        execute_readonly("mysql", plain[conn], sql, **LIMITS)
     assert mariadb_checksum(sql_env["maria"]) == before
 
 
@@ -172,9 +180,10 @@ def test_server_side_timeout_alone(plain: dict, protocol: str, sql: str) -> None
     assert execute_readonly(protocol, conn, "SELECT 1", **LIMITS).rows == [[1]]
 
 
-def test_mariadb_session_is_left_clean(plain: dict) -> None:
-    execute_readonly("mysql", plain["maria"], "SELECT 1", **LIMITS)
-    with plain["maria"].cursor() as cur:
+@pytest.mark.parametrize("conn", ["maria", "maria_ac"])
+def test_mariadb_session_is_left_clean(plain: dict, conn: str) -> None:
+    execute_readonly("mysql", plain[conn], "SELECT 1", **LIMITS)
+    with plain[conn].cursor() as cur:
         cur.execute("SELECT @@in_transaction, @@tx_read_only, @@max_statement_time")
         assert cur.fetchone() == (0, 0, 0.0)
 
