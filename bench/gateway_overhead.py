@@ -4,20 +4,23 @@ Three HTTPS servers run side by side in one run, all with the same self-signed c
 (the one the gateway generates) and the same number of uvicorn workers:
 
   gateway  `mcp-gateway serve --workers N`, tools/call config `get_config {"variable_name":
-           "mcp-timeout_ms"}` (auth, protocol checks, argument validation, a worker-thread
-           tool call that reads the variable's memory-layer value from SQLite, metrics: the
+           "mcp-timeout_ms"}` (auth, protocol checks, argument validation, the async tool
+           reading the runtime snapshot, output shaping, metrics and tool statistics: the
            whole real path)
-  floor    a bare Starlette app answering the same JSON-RPC body (bench/overhead_peers.py)
+  floor    a bare Starlette app sending the same response body (bench/overhead_peers.py)
   fastmcp  the official SDK's MCPServer (ex-FastMCP) with an equivalent tool, streamable
            HTTP, stateless JSON-response mode
 
 plus a `gateway_ping` row (the same gateway answering `ping`: HTTP, auth, protocol and
-metrics without a tool), which shows how the gateway's cost splits.
+metrics without a tool), which shows how the gateway's cost splits, and with `--baseline DIR`
+a `gateway_baseline` row: the gateway of another checkout (e.g. `git worktree add /tmp/gw-before
+HEAD`), measured in the same interleaved rounds, so a change is judged side by side.
 
 For each concurrency level the servers are measured one after the other, in `--rounds`
-interleaved rounds (the median round is reported), with the same load: a bounded number of requests over keep-alive HTTP/1.1 TLS connections, spread over
-`--client-procs` load-generator processes (a lean asyncio client, so it is not the
-bottleneck). Every answer is checked (HTTP 200, a JSON-RPC result, isError false).
+interleaved rounds (the median round is reported), with the same load: a bounded number of
+requests over keep-alive HTTP/1.1 TLS connections, spread over `--client-procs` load-generator
+processes (a lean asyncio client, so it is not the bottleneck). Every answer is checked (HTTP
+200, a JSON-RPC result, isError false).
 
 Reported per server and level: requests/s, p50/p99 latency in ms, and server CPU ms per
 request (user+system time of the server's processes; unaffected by the load generator
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -228,6 +232,17 @@ def peer_server(factory: str, *, workers: int, cert: Path, key: Path) -> Iterato
             process.wait()
 
 
+def _baseline_start_gateway(root: Path) -> Any:
+    """`start_gateway` of the checkout at `root`: its server_process puts that tree first on PYTHONPATH."""
+    spec = importlib.util.spec_from_file_location("baseline_server_process", root / "tests" / "server_process.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--baseline {root}: no tests/server_process.py there")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.start_gateway
+
+
 def _ratio(a: float, b: float) -> float:
     return round(a / b, 3) if b else 0.0
 
@@ -235,39 +250,42 @@ def _ratio(a: float, b: float) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     levels = [int(x) for x in args.concurrency.split(",")]
     load_before = list(os.getloadavg())
-    with start_gateway(workers=args.workers) as gateway:
+    with contextlib.ExitStack() as stack:
+        gateway = stack.enter_context(start_gateway(workers=args.workers))
         cert, key = gateway.ca_path, gateway.ca_path.with_name("key.pem")
-        with (
-            peer_server("floor_app", workers=args.workers, cert=cert, key=key) as (floor_port, floor_group),
-            peer_server("fastmcp_app", workers=args.workers, cert=cert, key=key) as (peer_port, peer_group),
-        ):
-            gateway_port = int(gateway.base_url.rsplit(":", 1)[1])
-            targets = [
-                Target("gateway", gateway_port, "get_config", gateway.tokens["config"], gateway.process.pid),
-                Target("floor", floor_port, "get_config", "unused-by-the-floor", floor_group),
-                Target("fastmcp", peer_port, "get_config", "unused-by-fastmcp", peer_group),
-            ]
-            if args.ping_row:  # where the gateway's time goes: everything but the tool call
-                targets.append(
-                    Target("gateway_ping", gateway_port, "", gateway.tokens["config"], gateway.process.pid, method="ping")
-                )
-            for target in targets:  # warm-up: imports, caches, thread pools
-                measure(target, str(cert), concurrency=4, requests=args.warmup, client_procs=1)
-            results: dict[str, dict[str, Any]] = {t.name: {} for t in targets}
-            for level in levels:
-                # Rounds interleave the servers, so a burst of other load on the machine hits all three alike;
-                # the round with the median rps is reported, every round's rps is kept.
-                rounds: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
-                for _ in range(args.rounds):
-                    for target in targets:
-                        figures = measure(
-                            target, str(cert), concurrency=level, requests=args.requests, client_procs=args.client_procs
-                        )
-                        rounds[target.name].append(figures)
-                        print(f"c={level:<3} {target.name:<8} {json.dumps(figures)}", file=sys.stderr, flush=True)
-                for name, measured in rounds.items():
-                    median = sorted(measured, key=lambda f: f["rps"])[len(measured) // 2]
-                    results[name][str(level)] = {**median, "rps_rounds": [f["rps"] for f in measured]}
+        floor_port, floor_group = stack.enter_context(peer_server("floor_app", workers=args.workers, cert=cert, key=key))
+        peer_port, peer_group = stack.enter_context(peer_server("fastmcp_app", workers=args.workers, cert=cert, key=key))
+        gateway_port = int(gateway.base_url.rsplit(":", 1)[1])
+        targets = [
+            Target("gateway", gateway_port, "get_config", gateway.tokens["config"], gateway.process.pid),
+            Target("floor", floor_port, "get_config", "unused-by-the-floor", floor_group),
+            Target("fastmcp", peer_port, "get_config", "unused-by-fastmcp", peer_group),
+        ]
+        if args.baseline:
+            start_baseline = _baseline_start_gateway(args.baseline.resolve())
+            tls = {"mcp-ssl_cert": str(cert), "mcp-ssl_key": str(key)}  # the same certificate as the others
+            baseline = stack.enter_context(start_baseline(workers=args.workers, variables=tls, ca_path=cert))
+            port = int(baseline.base_url.rsplit(":", 1)[1])
+            targets.insert(1, Target("gateway_baseline", port, "get_config", baseline.tokens["config"], baseline.process.pid))
+        if args.ping_row:  # where the gateway's time goes: everything but the tool call
+            targets.append(Target("gateway_ping", gateway_port, "", gateway.tokens["config"], gateway.process.pid, method="ping"))
+        for target in targets:  # warm-up: imports, caches, thread pools
+            measure(target, str(cert), concurrency=4, requests=args.warmup, client_procs=1)
+        results: dict[str, dict[str, Any]] = {t.name: {} for t in targets}
+        for level in levels:
+            # Rounds interleave the servers, so a burst of other load on the machine hits all alike;
+            # the round with the median rps is reported, every round's rps is kept.
+            rounds: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
+            for _ in range(args.rounds):
+                for target in targets:
+                    figures = measure(
+                        target, str(cert), concurrency=level, requests=args.requests, client_procs=args.client_procs
+                    )
+                    rounds[target.name].append(figures)
+                    print(f"c={level:<3} {target.name:<8} {json.dumps(figures)}", file=sys.stderr, flush=True)
+            for name, measured in rounds.items():
+                median = sorted(measured, key=lambda f: f["rps"])[len(measured) // 2]
+                results[name][str(level)] = {**median, "rps_rounds": [f["rps"] for f in measured]}
     ratios = {
         str(level): {
             "gateway_vs_floor_rps": _ratio(results["gateway"][str(level)]["rps"], results["floor"][str(level)]["rps"]),
@@ -283,6 +301,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         for level in levels
     }
+    if "gateway_baseline" in results:
+        for level in levels:
+            base = results["gateway_baseline"][str(level)]
+            ratios[str(level)]["gateway_baseline_vs_floor_rps"] = _ratio(base["rps"], results["floor"][str(level)]["rps"])
+            ratios[str(level)]["gateway_vs_baseline_cpu_per_request"] = _ratio(
+                results["gateway"][str(level)]["server_cpu_ms_per_request"], base["server_cpu_ms_per_request"]
+            )
     return {
         "benchmark": "gateway_overhead",
         "tool": f'tools/call get_config {{"variable_name": "{TOOL_VARIABLE}"}} on /mcp/config',
@@ -318,6 +343,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,16,64", help="comma-separated concurrency levels")
     parser.add_argument("--client-procs", type=int, default=2, help="load-generator processes")
     parser.add_argument("--no-ping-row", dest="ping_row", action="store_false", help="skip the gateway `ping` row")
+    parser.add_argument("--baseline", type=Path, help="also measure the gateway of this checkout (gateway_baseline)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per level; the median is reported")
     args = parser.parse_args()
     report = run(args)

@@ -1,8 +1,9 @@
 """The two servers bench/gateway_overhead.py measures the gateway against.
 
-Both answer `tools/call` of `get_config {"variable_name": ...}` on POST /mcp/config with
-the same result shape the gateway returns (a text block plus structuredContent), so the
-three servers do comparable work per request:
+Both answer `tools/call` of `get_config {"variable_name": "mcp-timeout_ms"}` on POST
+/mcp/config with the result the gateway returns (a text block plus structuredContent, the
+same seven fields: the floor's response body is byte for byte the gateway's), so the three
+servers send, and the load generator parses, the same work per request:
 
 - `floor_app`: a bare Starlette app that parses the JSON-RPC body and answers it. No auth,
   no validation, no tool dispatch: the least any Python ASGI server can do for this request.
@@ -27,7 +28,17 @@ TIMEOUT_VALUE = "30000"  # what the gateway stores for mcp-timeout_ms by default
 
 
 def _tool_payload(variable_name: str) -> dict[str, Any]:
-    return {"variable_name": variable_name, "value": TIMEOUT_VALUE}
+    # The fields and values the gateway's get_config answers for mcp-timeout_ms, so all three
+    # servers send (and the load generator parses) the same bytes.
+    return {
+        "variable_name": variable_name,
+        "value": TIMEOUT_VALUE,
+        "type": "int",
+        "default": TIMEOUT_VALUE,
+        "description": "Deadline of one tool call, in milliseconds.",
+        "secret": False,
+        "restart_required": False,
+    }
 
 
 def floor_app() -> Starlette:
@@ -51,7 +62,7 @@ def fastmcp_app() -> Starlette:
     server = MCPServer("fastmcp-peer", log_level="WARNING")
 
     @server.tool()
-    def get_config(variable_name: str) -> dict[str, str]:
+    def get_config(variable_name: str) -> dict[str, Any]:
         """Read one configuration variable."""
         return _tool_payload(variable_name)
 

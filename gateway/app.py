@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from gateway import auth, tls
 from gateway.metrics import Metrics
@@ -27,7 +28,7 @@ from gateway.protocol import Dispatcher, Endpoint
 from gateway.services import Services
 from gateway.startup import open_store
 from gateway.stats import ToolStats
-from gateway.transport import McpTransport, not_found_response
+from gateway.transport import McpTransport, not_found_body
 from handlers import HANDLER_CLASSES
 
 log = logging.getLogger("mcp_gateway")
@@ -35,7 +36,7 @@ RUNTIME_POLL_S = 0.25
 STATS_FLUSH_S = 1.0
 
 
-def create_app(data_dir: Path | None = None) -> Starlette:
+def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     data_dir = Path(data_dir or os.environ.get("MCP_GATEWAY_DATA_DIR", "mcp-gateway-data")).resolve()
     store = open_store(data_dir)
     metrics = Metrics()
@@ -53,9 +54,7 @@ def create_app(data_dir: Path | None = None) -> Starlette:
     endpoints: dict[str, Endpoint] = {h.endpoint: Endpoint(h.endpoint, h) for h in handlers}
 
     def observe_tool(endpoint: str, tool: str, seconds: float, outcome: str, version: str) -> None:
-        metrics.observe(metrics.operation_duration, endpoint, "tools/call", tool, outcome, version, value=seconds)
-        if outcome != "ok":
-            metrics.count(metrics.errors, endpoint, "0", outcome)
+        metrics.tool_call(endpoint, tool, outcome, version, seconds)
         services.stats.record(endpoint, tool, seconds, ok=outcome == "ok")
 
     dispatcher = Dispatcher(services, observe_tool=observe_tool)
@@ -85,18 +84,13 @@ def create_app(data_dir: Path | None = None) -> Starlette:
             with contextlib.suppress(Exception):
                 await handler.close()
 
-    # Starlette (FastAPI's core) directly: FastAPI's own per-request middleware costs CPU on
-    # every call and none of its features (OpenAPI, DI, body models) apply to a JSON-RPC endpoint.
+    # Starlette serves the lifespan, /metrics, /healthz and the 404s; `/mcp/<name>` goes to the
+    # transport, a bare ASGI app (see gateway.transport for why).
     app = Starlette(lifespan=lifespan)
     app.state.services = services
 
-    async def mcp_route(request: Request) -> Response:
-        return await transport(request)
-
-    app.add_route("/mcp/{endpoint}", mcp_route, methods=["GET", "POST", "OPTIONS", "PUT", "DELETE", "PATCH"])
-
     async def metrics_route(request: Request) -> Response:
-        if not auth.check_metrics({k.lower(): v for k, v in request.headers.items()}, services.runtime):
+        if not auth.check_metrics(request.headers.get("authorization"), services.runtime):
             return JSONResponse(
                 {"error": "metrics need a bearer token (mcp-metrics_auth)"},
                 401,
@@ -114,12 +108,20 @@ def create_app(data_dir: Path | None = None) -> Starlette:
         )
 
     async def not_found(request: Request) -> Response:
-        return not_found_response(request.url.path, list(endpoints))
+        return Response(not_found_body(request.url.path, list(endpoints)), 404, media_type="application/json")
 
     app.add_route("/metrics", metrics_route, methods=["GET"])
     app.add_route("/healthz", healthz, methods=["GET"])
     app.add_route("/{path:path}", not_found, methods=["GET", "POST", "OPTIONS", "PUT", "DELETE", "PATCH", "HEAD"])
-    return app
+
+    async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")  # `/mcp/<name>`, one non-empty segment: the transport's
+        if path.startswith("/mcp/") and len(path) > 5 and path.find("/", 5) == -1 and scope["type"] == "http":
+            await transport(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return gateway_app
 
 
 def _safe_reason(exc: Exception) -> str:

@@ -21,11 +21,10 @@ def token_matches(presented: str, accepted: tuple[str, ...]) -> bool:
     return matched
 
 
-def presented_token(headers: Mapping[str, str], query: Mapping[str, str], *, allow_query: bool) -> tuple[str | None, str]:
+def presented_token(authorization: str | None, query: Mapping[str, str], *, allow_query: bool) -> tuple[str | None, str]:
     """(token, how) — how is 'header', 'query', 'malformed' or 'missing'."""
-    header = headers.get("authorization")
-    if header is not None:
-        scheme, _, value = header.strip().partition(" ")
+    if authorization is not None:
+        scheme, _, value = authorization.strip().partition(" ")
         value = value.strip()
         if scheme.lower() != "bearer" or not value:
             return None, "malformed"
@@ -35,20 +34,22 @@ def presented_token(headers: Mapping[str, str], query: Mapping[str, str], *, all
     return None, "missing"
 
 
-def check_endpoint(endpoint: str, headers: Mapping[str, str], query: Mapping[str, str], runtime: Runtime) -> str | None:
-    """None when the caller may use the endpoint, else the failure reason (a metric label)."""
-    accepted: tuple[str, ...] = runtime.var(f"mcp-{endpoint}_endpoint_auth")
+def check_endpoint(endpoint: str, authorization: str | None, query: Mapping[str, str], runtime: Runtime) -> str | None:
+    """None when the caller may use the endpoint, else the failure reason (a metric label).
+    `authorization` is the Authorization header's value, if sent."""
+    variables = runtime.variables  # Runtime.var, minus a call per lookup: this runs on every request
+    accepted: tuple[str, ...] = variables[f"mcp-{endpoint}_endpoint_auth"]
     if not accepted:
         return "no_token_configured"
-    token, how = presented_token(headers, query, allow_query=runtime.var("mcp-allow_query_token"))
+    token, how = presented_token(authorization, query, allow_query=variables["mcp-allow_query_token"])
     if token is None:
         return how
     return None if token_matches(token, accepted) else "invalid_token"
 
 
-def check_metrics(headers: Mapping[str, str], runtime: Runtime) -> bool:
+def check_metrics(authorization: str | None, runtime: Runtime) -> bool:
     accepted: tuple[str, ...] = runtime.var("mcp-metrics_auth")
     if not accepted:
         return True
-    token, _ = presented_token(headers, {}, allow_query=False)
+    token, _ = presented_token(authorization, {}, allow_query=False)
     return token is not None and token_matches(token, accepted)

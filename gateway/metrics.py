@@ -5,10 +5,12 @@ directory before any worker starts), every worker writes its samples to memory-m
 there and `/metrics` aggregates them with `MultiProcessCollector`. Without it (tests that build
 handlers directly) the metrics live in this object's own registry.
 
-Per-request updates (`count`, `observe`, `inflight_add`) are aggregated in plain dicts on the
-event loop and written to the shared files by `flush()` — once a second, and before any
-collection this worker makes — because ten memory-mapped writes per request were a third of the
-gateway's CPU per call (bench/gateway_overhead.py). Other workers' numbers are at most a second old.
+Per-request updates (`count`, `observe`, `inflight_add`, and `tool_call` and `exchange`, one
+event each for what a tool call and an HTTP answer record) are appended as events on the event
+loop and folded into the shared files by `flush()` — once a second, and before any collection
+this worker makes — because ten memory-mapped writes per request were a third of the gateway's
+CPU per call, and even a locked dict update per metric cost microseconds on the request path
+(bench/gateway_overhead.py). Other workers' numbers are at most a second old.
 
 Names follow OpenTelemetry's MCP conventions where they exist (`mcp.server.operation.duration`
 becomes `mcp_server_operation_duration_seconds`). Labels never carry tokens or SQL.
@@ -17,11 +19,12 @@ becomes `mcp_server_operation_duration_seconds`). Labels never carry tokens or S
 from __future__ import annotations
 
 import bisect
+import collections
 import os
 import resource
-import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -32,6 +35,17 @@ from gateway.pids import pid_alive
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIZE_BUCKETS = (128, 512, 2048, 8192, 32768, 131072, 524288, 2097152, 8388608)
 MAX_CLIENT_LABELS = 256  # per worker; later clients are counted under "other"
+MAX_PENDING_EVENTS = 1_000_000  # per-request events between two flushes (a second holds ~20,000)
+
+
+def _drain(events: deque[Any]) -> Iterator[Any]:
+    """Pop what is pending. popleft, not a swap: a flush from a tool thread loses none of the
+    event loop's concurrent appends."""
+    while True:
+        try:
+            yield events.popleft()
+        except IndexError:
+            return
 
 
 def multiprocess_dir() -> str | None:
@@ -129,45 +143,77 @@ class Metrics:
         self.start_time.set(time.time())  # workers.set(1) waits until the worker is serving
         self._clients: OrderedDict[str, None] = OrderedDict()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._counts: dict[tuple[Any, tuple[str, ...]], float] = {}
-        self._histograms: dict[tuple[Any, tuple[str, ...]], list[Any]] = {}  # [bucket counts, sum]
+        # Per-request updates are events appended on the event loop and folded into the metrics
+        # by flush(): an append is atomic, so the request path takes no lock and updates no dict.
+        self._exchanges: deque[tuple[str, int, int, int]] = deque()
+        self._tool_calls: deque[tuple[str, str, str, str, float]] = deque()
+        self._others: deque[tuple[Any, tuple[str, ...], float, bool]] = deque()  # count and observe
         self._inflight: dict[str, int] = {}
-        self._lock = threading.Lock()  # updates come from the loop, flushes also from tool threads
 
-    # -- per-request updates, aggregated until flush() ------------------------------------
+    # -- per-request updates, folded in by flush() ----------------------------------------
     def count(self, metric: Counter, *labels: str, amount: float = 1.0) -> None:
-        key = (metric, labels)
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0.0) + amount
+        self._others.append((metric, labels, amount, False))
 
     def observe(self, metric: Histogram, *labels: str, value: float) -> None:
-        index = bisect.bisect_left(metric._upper_bounds, value)  # first bound >= value, as observe() picks
-        with self._lock:
-            entry = self._histograms.get((metric, labels))
-            if entry is None:
-                entry = self._histograms[(metric, labels)] = [[0] * len(metric._upper_bounds), 0.0]
-            entry[0][index] += 1
-            entry[1] += value
+        self._others.append((metric, labels, value, True))
+
+    def tool_call(self, endpoint: str, tool: str, outcome: str, version: str, seconds: float) -> None:
+        """One tools/call answered with a tool result: its request (JSON-RPC outcome ok), its
+        duration under the tool's name and outcome, and a tool error (jsonrpc_code 0)."""
+        self._tool_calls.append((endpoint, tool, outcome, version, seconds))
+
+    def exchange(self, endpoint: str, status: int, request_bytes: int, response_bytes: int) -> None:
+        """One HTTP answer on an MCP endpoint: its status and body sizes (-1: no body read or sent)."""
+        exchanges = self._exchanges
+        exchanges.append((endpoint, status, request_bytes, response_bytes))
+        if len(exchanges) > MAX_PENDING_EVENTS:  # nothing flushes (no running app): bound the memory
+            self.flush()
 
     def inflight_add(self, endpoint: str, delta: int) -> None:
-        with self._lock:
-            self._inflight[endpoint] = self._inflight.get(endpoint, 0) + delta
+        # Only the event loop changes these: flush() copies the dict in one C call.
+        self._inflight[endpoint] = self._inflight.get(endpoint, 0) + delta
 
     def flush(self) -> None:
-        """Write the aggregated updates to the (shared) metric values."""
-        with self._lock:
-            counts, self._counts = self._counts, {}
-            histograms, self._histograms = self._histograms, {}
-            inflight = dict(self._inflight)
+        """Fold the pending events into the (shared) metric values: one update per label set."""
+        counts: dict[tuple[Any, tuple[str, ...]], float] = {}
+        observed: dict[tuple[Any, tuple[str, ...]], list[Any]] = {}  # [bucket counts, sum]
+
+        def add(metric: Any, labels: tuple[str, ...], amount: float) -> None:
+            counts[(metric, labels)] = counts.get((metric, labels), 0.0) + amount
+
+        def sample(metric: Any, labels: tuple[str, ...], value: float, n: int = 1) -> None:
+            entry = observed.get((metric, labels))
+            if entry is None:
+                entry = observed[(metric, labels)] = [[0] * len(metric._upper_bounds), 0.0]
+            entry[0][bisect.bisect_left(metric._upper_bounds, value)] += n  # first bound >= value, as observe()
+            entry[1] += value * n
+
+        # Identical HTTP answers (same status and sizes) are counted in C, then folded once each.
+        for (endpoint, status, request_bytes, response_bytes), n in collections.Counter(_drain(self._exchanges)).items():
+            add(self.http_responses, (endpoint, str(status)), n)
+            if request_bytes >= 0:
+                sample(self.request_bytes, (endpoint,), request_bytes, n)
+            if response_bytes >= 0:
+                sample(self.response_bytes, (endpoint,), response_bytes, n)
+        for endpoint, tool, outcome, version, seconds in _drain(self._tool_calls):
+            add(self.requests, (endpoint, "tools/call", "ok"), 1.0)
+            sample(self.operation_duration, (endpoint, "tools/call", tool, outcome, version), seconds)
+            if outcome != "ok":
+                add(self.errors, (endpoint, "0", outcome), 1.0)
+        for metric, labels, value, is_sample in _drain(self._others):
+            if is_sample:
+                sample(metric, labels, value)
+            else:
+                add(metric, labels, value)
         for (metric, labels), amount in counts.items():
             self.child(metric, *labels).inc(amount)
-        for (metric, labels), (buckets, total) in histograms.items():
+        for (metric, labels), (buckets, total) in observed.items():
             child = self.child(metric, *labels)
             child._sum.inc(total)  # prometheus_client has no public batch observe
             for index, n in enumerate(buckets):
                 if n:
                     child._buckets[index].inc(n)
-        for endpoint, value in inflight.items():
+        for endpoint, value in self._inflight.copy().items():
             self.child(self.inflight, endpoint).set(value)
 
     def child(self, metric: Any, *labels: str) -> Any:

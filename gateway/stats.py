@@ -7,8 +7,8 @@ caller sees its own calls at once and other workers' within a second.
 
 from __future__ import annotations
 
-import threading
 import time
+from collections import deque
 from typing import Any
 
 from gateway import sqlite
@@ -32,27 +32,33 @@ ON CONFLICT(endpoint, tool, schema) DO UPDATE SET
 class ToolStats:
     def __init__(self, store: ConfigStore) -> None:
         self.store = store
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str, str], list[float]] = {}
+        # One event per call, appended on the event loop (atomic, no lock) and folded by flush();
+        # the bound only matters when nothing flushes (a second holds ~20,000 calls).
+        self._calls: deque[tuple[str, str, str, float, bool, float]] = deque(maxlen=1_000_000)
 
     def record(self, endpoint: str, tool: str, seconds: float, *, ok: bool, schema: str = "") -> None:
-        micros = int(seconds * 1_000_000)
-        now = time.time()
-        with self._lock:
-            row = self._pending.get((endpoint, tool, schema))
-            if row is None:
-                self._pending[(endpoint, tool, schema)] = [1, 0 if ok else 1, now, now, micros, micros, micros]
-            else:
-                row[0] += 1
-                row[1] += 0 if ok else 1
-                row[3] = now
-                row[4] += micros
-                row[5] = min(row[5], micros)
-                row[6] = max(row[6], micros)
+        self._calls.append((endpoint, tool, schema, seconds, ok, time.time()))
 
     def flush(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, {}
+        pending: dict[tuple[str, str, str], list[Any]] = {}
+        calls = self._calls
+        while True:  # popleft, not a swap: a flush in a reader's thread loses none of the loop's appends
+            try:
+                endpoint, tool, schema, seconds, ok, now = calls.popleft()
+            except IndexError:
+                break
+            micros = int(seconds * 1_000_000)
+            row = pending.get((endpoint, tool, schema))
+            if row is None:
+                pending[(endpoint, tool, schema)] = [1, 0 if ok else 1, now, now, micros, micros, micros]
+                continue
+            row[0] += 1
+            row[1] += 0 if ok else 1
+            row[2] = min(row[2], now)
+            row[3] = max(row[3], now)
+            row[4] += micros
+            row[5] = min(row[5], micros)
+            row[6] = max(row[6], micros)
         if not pending:
             return
         conn = self.store.conn()

@@ -4,17 +4,23 @@ Order of checks, cheapest and least revealing first: endpoint exists (404), meth
 (405; OPTIONS answered), Origin allowed (403), bearer token (401), content type (415), body
 size (413, before any parsing), JSON (-32700), protocol-version header (400), batch rules
 (400/-32600). Then each message goes to the `Dispatcher`.
+
+`McpTransport` is a plain ASGI app (gateway.app sends it every `/mcp/<name>` request): it
+reads the headers from the scope and the body from `receive` and sends its answer itself.
+Starlette's routing, middleware and Request/Response objects around it cost ~20 of the ~50 us
+of Python the gateway spent per call (bench/gateway_overhead.py), and none of their features
+apply to one JSON-RPC POST.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl
 
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from gateway import auth
 from gateway.errors import INVALID_REQUEST, PARSE_ERROR, SERVER_UNAUTHORIZED, SERVER_UNAVAILABLE, ProtocolError
@@ -24,24 +30,44 @@ from gateway.services import Services
 
 log = logging.getLogger("mcp_gateway.http")
 CORS_HEADERS = "Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Session-Id"
+PREFIX = "/mcp/"  # gateway.app sends `/mcp/<name>` (one non-empty segment) here
 
 
-def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
+class Reply(NamedTuple):
+    """One HTTP answer: a JSON body (content type and length added on sending) or none."""
+
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    answer: bool = False  # the dispatcher's answer (its size is a response-size sample), not a transport error
+
+    async def send(self, send: Send) -> None:
+        headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers] if self.headers else []
+        if self.body:
+            headers += ((b"content-type", b"application/json"), (b"content-length", str(len(self.body)).encode()))
+        elif self.status != 204:  # 204 carries no length, as HTTP says
+            headers.append((b"content-length", b"0"))
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": self.body})
 
 
-def _rpc_error(status: int, jsonrpc_code: int, message: str, error_code: str, headers: dict[str, str] | None = None) -> Response:
+class _ClientGone(Exception):
+    """The client disconnected before its body arrived: nobody is left to answer."""
+
+
+def _rpc_error(status: int, jsonrpc_code: int, message: str, error_code: str, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
     error = ProtocolError(jsonrpc_code, message, error_code=error_code).to_error()
-    return _json({"jsonrpc": "2.0", "id": None, "error": error}, status, headers)
+    return Reply(status, orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error}), headers)
 
 
-def not_found_response(path: str, endpoints: list[str]) -> Response:
+def not_found_body(path: str, endpoints: list[str]) -> bytes:
+    """The 404 body for paths that are no MCP endpoint (gateway.app's catch-all)."""
     return _rpc_error(
         404,
         INVALID_REQUEST,
         f"no MCP endpoint at {path[:200]}; POST to /mcp/<endpoint>, one of: {', '.join(endpoints)}",
         "NOT_FOUND",
-    )
+    ).body
 
 
 class McpTransport:
@@ -51,47 +77,74 @@ class McpTransport:
         self.dispatcher = dispatcher
         self.metrics = metrics
 
-    async def __call__(self, request: Request) -> Response:
-        name = request.path_params["endpoint"]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = scope["path"][len(PREFIX) :]
         endpoint = self.endpoints.get(name)
         if endpoint is None:
-            return _rpc_error(
+            reply = _rpc_error(
                 404, INVALID_REQUEST, f"no MCP endpoint /mcp/{name}; known: {', '.join(self.endpoints)}", "NOT_FOUND"
             )
-        response = await self._serve(request, endpoint)
-        self.metrics.count(self.metrics.http_responses, name, str(response.status_code))
-        return response
+            await reply.send(send)
+            return
+        # ASGI servers hand header names over lowercased; of a repeated header the last counts.
+        # Only the values used are decoded.
+        headers: dict[bytes, bytes] = dict(scope["headers"])
+        client = scope["client"][0] if scope.get("client") else "unknown"
+        request_bytes = -1
+        reply = self._refusal(scope, endpoint, headers, client)
+        if reply is None:
+            limit: int = self.services.runtime.variables["mcp-max_request_bytes"]
+            try:
+                body = await _read_body(receive, headers.get(b"content-length"), limit)
+            except _ClientGone:
+                return
+            if body is None:
+                reply = _rpc_error(
+                    413, INVALID_REQUEST, f"request body exceeds mcp-max_request_bytes ({limit})", "LIMIT_EXCEEDED"
+                )
+            else:
+                request_bytes = len(body)
+                version = headers.get(b"mcp-protocol-version")
+                version_text = None if version is None else version.decode("latin-1")
+                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client))
+        self.metrics.exchange(name, reply.status, request_bytes, len(reply.body) if reply.answer else -1)
+        await reply.send(send)
 
-    async def _serve(self, request: Request, endpoint: Endpoint) -> Response:
+    def _refusal(self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str) -> Reply | None:
+        """Everything decided before the body is read: Origin, method, token, switch, content type."""
         runtime = self.services.runtime
-        # ASGI servers hand header names over lowercased; decoding once beats Headers lookups.
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.scope["headers"]}
-        origin = headers.get("origin")
-        allowed_origins: tuple[str, ...] = runtime.var("mcp-allowed_origins")
+        variables = runtime.variables  # Runtime.var, minus a call per lookup
+        origin_bytes = headers.get(b"origin")
+        origin = None if origin_bytes is None else origin_bytes.decode("latin-1")
+        allowed_origins: tuple[str, ...] = variables["mcp-allowed_origins"]
         if origin is not None and allowed_origins and origin not in allowed_origins:
             return _rpc_error(403, INVALID_REQUEST, "Origin not allowed", "UNAUTHORIZED")
-        if request.method == "OPTIONS":
-            cors = {
-                "Allow": "POST, OPTIONS",
-                "Access-Control-Allow-Methods": "POST, OPTIONS",
-                "Access-Control-Allow-Headers": CORS_HEADERS,
-                "Access-Control-Max-Age": "600",
-            }
+        method = scope["method"]
+        if method == "OPTIONS":
+            cors = [
+                ("Allow", "POST, OPTIONS"),
+                ("Access-Control-Allow-Methods", "POST, OPTIONS"),
+                ("Access-Control-Allow-Headers", CORS_HEADERS),
+                ("Access-Control-Max-Age", "600"),
+            ]
             if origin is not None:
-                cors["Access-Control-Allow-Origin"] = origin
-                cors["Vary"] = "Origin"
-            return Response(status_code=204, headers=cors)
-        if request.method != "POST":
+                cors += [("Access-Control-Allow-Origin", origin), ("Vary", "Origin")]
+            return Reply(204, headers=tuple(cors))
+        if method != "POST":
             return _rpc_error(
                 405,
                 INVALID_REQUEST,
                 "only POST is served on MCP endpoints (no server-initiated stream)",
                 "INVALID_ARGUMENT",
-                {"Allow": "POST, OPTIONS"},
+                (("Allow", "POST, OPTIONS"),),
             )
-        client = request.client.host if request.client else "unknown"
-        query = request.query_params if runtime.var("mcp-allow_query_token") else {}
-        failure = auth.check_endpoint(endpoint.name, headers, query, runtime)
+        query: dict[str, str] = {}
+        if variables["mcp-allow_query_token"]:
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+        authorization = headers.get(b"authorization")
+        failure = auth.check_endpoint(
+            endpoint.name, None if authorization is None else authorization.decode("latin-1"), query, runtime
+        )
         if failure is not None:
             self.metrics.auth_failed(endpoint.name, failure, client)
             message = (
@@ -104,27 +157,22 @@ class McpTransport:
                 SERVER_UNAUTHORIZED,
                 message,
                 "UNAUTHORIZED",
-                {"WWW-Authenticate": f'Bearer realm="mcp-gateway/{endpoint.name}"'},
+                (("WWW-Authenticate", f'Bearer realm="mcp-gateway/{endpoint.name}"'),),
             )
-        if not runtime.var("mcp-enabled"):
+        if not variables["mcp-enabled"]:
             return _rpc_error(503, SERVER_UNAVAILABLE, "MCP is disabled (mcp-enabled=false)", "UNAVAILABLE")
-        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type != "application/json":
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if content_type != b"application/json":
             return _rpc_error(415, INVALID_REQUEST, "Content-Type must be application/json", "INVALID_ARGUMENT")
-        body = await self._read_body(request, runtime.var("mcp-max_request_bytes"))
-        if body is None:
-            return _rpc_error(
-                413,
-                INVALID_REQUEST,
-                f"request body exceeds mcp-max_request_bytes ({runtime.var('mcp-max_request_bytes')})",
-                "LIMIT_EXCEEDED",
-            )
-        self.metrics.observe(self.metrics.request_bytes, endpoint.name, value=len(body))
+        return None
+
+    async def _answer(self, body: bytes, env: Envelope) -> Reply:
+        """Parse the body and dispatch its message (or batch)."""
         try:
             message = orjson.loads(body)
         except orjson.JSONDecodeError:
             return _rpc_error(200, PARSE_ERROR, "request body is not valid JSON", "INVALID_ARGUMENT")
-        header_version = headers.get("mcp-protocol-version")
+        header_version = env.header_version
         if header_version is not None and header_version not in ALL_VERSIONS:
             return _rpc_error(
                 400,
@@ -132,24 +180,18 @@ class McpTransport:
                 f"unsupported MCP-Protocol-Version {header_version!r}; supported: {', '.join(ALL_VERSIONS)}",
                 "INVALID_ARGUMENT",
             )
-        env = Envelope(endpoint=endpoint, header_version=header_version, headers=headers, client=client)
         if isinstance(message, list):
             if header_version not in (None, "2025-03-26"):
                 return _rpc_error(400, INVALID_REQUEST, "batches are not allowed after protocol 2025-03-26", "INVALID_ARGUMENT")
             if not message:
                 return _rpc_error(200, INVALID_REQUEST, "empty batch", "INVALID_ARGUMENT")
             answers = [a for a in [await self._one(m, env) for m in message] if a is not None]
-            return self._respond(endpoint, answers) if answers else Response(status_code=202)
+            return Reply(200, orjson.dumps(answers), answer=True) if answers else Reply(202)
         answer = await self._one(message, env)
         if answer is None:
-            return Response(status_code=202)
+            return Reply(202)
         status = 400 if "error" in answer and answer["error"]["code"] in (-32020, -32022) else 200
-        return self._respond(endpoint, answer, status)
-
-    def _respond(self, endpoint: Endpoint, payload: Any, status: int = 200) -> Response:
-        data = orjson.dumps(payload)
-        self.metrics.observe(self.metrics.response_bytes, endpoint.name, value=len(data))
-        return Response(data, status_code=status, media_type="application/json")
+        return Reply(status, orjson.dumps(answer), answer=True)
 
     async def _one(self, message: Any, env: Envelope) -> dict[str, Any] | None:
         method = message.get("method") if isinstance(message, dict) else None
@@ -179,7 +221,10 @@ class McpTransport:
             outcome = "error"
             error = answer["error"]
             metrics.count(metrics.errors, endpoint, str(error["code"]), error.get("data", {}).get("code", ""))
-        if method_label != "tools/call":  # tools/call is observed with its tool name by the dispatcher
+        if method_label == "tools/call":
+            if answer is not None and "result" in answer:
+                return answer  # a tool ran: the dispatcher observed the call, request included (Metrics.tool_call)
+        else:
             version = env.header_version or ""
             metrics.observe(
                 metrics.operation_duration, endpoint, method_label, "", outcome, version, value=time.perf_counter() - started
@@ -187,20 +232,28 @@ class McpTransport:
         metrics.count(metrics.requests, endpoint, method_label, outcome)
         return answer
 
-    @staticmethod
-    async def _read_body(request: Request, limit: int) -> bytes | None:
-        declared = request.headers.get("content-length")
-        if declared is not None:
-            try:
-                if int(declared) > limit:
-                    return None
-            except ValueError:
+
+async def _read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes | None:
+    """The request body, or None when it exceeds `limit` (a declared length is checked before
+    reading; a chunked body is counted as it arrives)."""
+    if declared is not None:
+        try:
+            if int(declared) > limit:
                 return None
-            return await request.body()  # the HTTP parser holds the body to its declared length
-        chunks, size = [], 0  # chunked: count as it arrives
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return None
+        except ValueError:
+            return None
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # http.disconnect
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        if not message.get("more_body", False):
+            if not chunks:
+                return chunk
             chunks.append(chunk)
-        return b"".join(chunks)
+            return b"".join(chunks)
+        chunks.append(chunk)
