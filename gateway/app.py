@@ -34,6 +34,10 @@ from handlers import HANDLER_CLASSES
 log = logging.getLogger("mcp_gateway")
 RUNTIME_POLL_S = 0.25
 STATS_FLUSH_S = 1.0
+# Per-call metric events are folded into the shared values this often, on the event loop: a
+# second's worth at 12k calls/s held the loop for tens of milliseconds (the p99 at 64 clients);
+# a tenth of it is a short pause.
+METRICS_FOLD_S = 0.1
 
 
 def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
@@ -158,10 +162,15 @@ async def _follow_runtime(services: Services, handlers: list) -> None:
 
 
 async def _flush_stats(services: Services) -> None:
+    folds_per_flush = max(1, round(STATS_FLUSH_S / METRICS_FOLD_S))
     while True:
-        await asyncio.sleep(STATS_FLUSH_S)
+        for _ in range(folds_per_flush):
+            await asyncio.sleep(METRICS_FOLD_S)
+            try:
+                services.metrics.flush()  # on the loop: the aggregates are only touched here
+            except Exception:
+                log.exception("folding metrics failed; retrying")
         try:
-            services.metrics.flush()  # on the loop: the aggregates are only touched here
             await anyio.to_thread.run_sync(services.stats.flush)
             services.metrics.sample_process()
         except Exception:
