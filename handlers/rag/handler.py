@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
@@ -23,6 +24,7 @@ from handlers.rag import content, fts, search
 from handlers.rag.fetch import FetchTools
 from handlers.rag.filters import FilterSQL, all_sources_enabled, build_filter
 from handlers.rag.index import RagIndex
+from handlers.rag.ingest.reconcile import apply_source_changes, source_states
 from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
 from handlers.rag.ingest.tools import SyncTools
 from handlers.rag.limits import Call, Caps, fit_to_bytes
@@ -95,6 +97,10 @@ class RagHandler(SyncTools, FetchTools):
     # ONNX model and SQLite both release the GIL, so on two cores the two halves overlap.
     _embedding_thread: ThreadPoolExecutor | None = None
 
+    def __init__(self, services: Any) -> None:
+        super().__init__(services)
+        self._closing = threading.Event()  # stops a purge of removed sources at shutdown
+
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:
         await anyio.to_thread.run_sync(self._open)
@@ -119,7 +125,18 @@ class RagHandler(SyncTools, FetchTools):
         self.services.shared["rag_embedder"] = embedder
         self.start_ingest()
 
+    def on_runtime_change(self, old: Any, new: Any) -> None:
+        """A LOAD RAG SOURCES: enabled flags reach the index, removed sources are purged
+        (handlers/rag/ingest/reconcile.py)."""
+        super().on_runtime_change(old, new)
+        if self.index is None or old is None:
+            return
+        before, after = old.table("runtime_rag_sources"), new.table("runtime_rag_sources")
+        if before is not after and before != after:
+            apply_source_changes(self.index, self.services.data_dir, source_states(before), source_states(after), self._closing)
+
     async def close(self) -> None:
+        self._closing.set()
         await anyio.to_thread.run_sync(self.stop_ingest)
         if self._embedding_thread is not None:
             self._embedding_thread.shutdown(wait=False, cancel_futures=True)
