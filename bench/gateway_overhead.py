@@ -54,10 +54,10 @@ import orjson
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
+from lean_client import PROTOCOL_VERSION, Endpoint, check_answer, process_group_cpu_s, read_response, request_bytes  # noqa: E402
 from server_process import free_port, start_gateway  # noqa: E402
 
 TOOL_VARIABLE = "mcp-timeout_ms"
-PROTOCOL_VERSION = "2025-06-18"
 
 
 @dataclass(frozen=True)
@@ -77,37 +77,7 @@ def _request_bytes(target: Target) -> bytes:
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": target.method}
     if target.method == "tools/call":
         message["params"] = {"name": target.tool, "arguments": {"variable_name": TOOL_VARIABLE}}
-    body = orjson.dumps(message)
-    head = (
-        f"POST /mcp/config HTTP/1.1\r\nHost: 127.0.0.1:{target.port}\r\nContent-Type: application/json\r\n"
-        f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {PROTOCOL_VERSION}\r\n"
-        f"Authorization: Bearer {target.token}\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
-    if "content-length" in headers:
-        return status, await reader.readexactly(int(headers["content-length"]))
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        chunks = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
-            chunk = await reader.readexactly(size + 2)
-            if size == 0:
-                return status, b"".join(chunks)
-            chunks.append(chunk[:-2])
-    raise RuntimeError(f"response without a length: {headers}")
-
-
-def _check(status: int, body: bytes) -> None:
-    answer = orjson.loads(body)
-    if status != 200 or "result" not in answer or answer["result"].get("isError"):
-        raise RuntimeError(f"bad answer {status}: {body[:300]!r}")
+    return request_bytes(Endpoint(target.port, "/mcp/config", target.token, ca_path=""), orjson.dumps(message))
 
 
 async def _connection(target: Target, ca_path: str, count: int, latencies: list[float], start_at: float) -> None:
@@ -116,14 +86,14 @@ async def _connection(target: Target, ca_path: str, count: int, latencies: list[
     request = _request_bytes(target)
     # one request before the clock starts, so the TLS handshake is not in the figures
     writer.write(request)
-    _check(*await _read_response(reader))
+    check_answer(*await read_response(reader))
     await asyncio.sleep(max(0.0, start_at - time.time()))
     for _ in range(count):
         started = time.perf_counter()
         writer.write(request)
-        status, body = await _read_response(reader)
+        status, body = await read_response(reader)
         latencies.append(time.perf_counter() - started)
-        _check(status, body)
+        check_answer(status, body)
     writer.close()
     with contextlib.suppress(Exception):
         await writer.wait_closed()
@@ -143,22 +113,6 @@ def _client_process(target: Target, ca_path: str, connections: int, requests: in
         out.put({"error": repr(exc)})
 
 
-def _server_cpu_s(group: int) -> float:
-    """User+system CPU seconds of every live process in the server's process group."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group:  # field 5 of stat, pgrp
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
 def measure(target: Target, ca_path: str, *, concurrency: int, requests: int, client_procs: int) -> dict[str, Any]:
     procs = min(client_procs, concurrency)
     ctx = multiprocessing.get_context("fork")
@@ -173,9 +127,9 @@ def measure(target: Target, ca_path: str, *, concurrency: int, requests: int, cl
         worker.start()
     while time.time() < start_at - 0.05:
         time.sleep(0.01)
-    cpu_before = _server_cpu_s(target.pids_group)
+    cpu_before = process_group_cpu_s(target.pids_group)
     results = [queue.get(timeout=300) for _ in workers]
-    cpu_after = _server_cpu_s(target.pids_group)
+    cpu_after = process_group_cpu_s(target.pids_group)
     for worker in workers:
         worker.join()
     errors = [r["error"] for r in results if "error" in r]

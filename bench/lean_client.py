@@ -49,7 +49,7 @@ def tool_call(name: str, arguments: dict[str, Any]) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
 
 
-def _request(endpoint: Endpoint, body: bytes) -> bytes:
+def request_bytes(endpoint: Endpoint, body: bytes) -> bytes:
     head = (
         f"POST {endpoint.path} HTTP/1.1\r\nHost: 127.0.0.1:{endpoint.port}\r\nContent-Type: application/json\r\n"
         f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {PROTOCOL_VERSION}\r\n"
@@ -58,7 +58,7 @@ def _request(endpoint: Endpoint, body: bytes) -> bytes:
     return head.encode() + body
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1])
@@ -76,7 +76,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     raise RuntimeError(f"response without a length: {headers}")
 
 
-def _check(status: int, body: bytes) -> None:
+def check_answer(status: int, body: bytes) -> None:
     answer = orjson.loads(body)
     if status != 200 or "result" not in answer or answer["result"].get("isError"):
         raise RuntimeError(f"bad answer {status}: {body[:300]!r}")
@@ -89,16 +89,16 @@ async def _http_client(
     reader, writer = await asyncio.open_connection("127.0.0.1", endpoint.port, ssl=context)
     try:
         for _ in range(warmup):
-            writer.write(_request(endpoint, make_body()))
-            _check(*await _read_response(reader))
+            writer.write(request_bytes(endpoint, make_body()))
+            check_answer(*await read_response(reader))
         await asyncio.sleep(max(0.0, start_at - time.time()))
         for _ in range(calls):
-            request = _request(endpoint, make_body())  # built before the clock starts
+            request = request_bytes(endpoint, make_body())  # built before the clock starts
             started = time.perf_counter()
             writer.write(request)
-            status, body = await _read_response(reader)
+            status, body = await read_response(reader)
             out.append((time.perf_counter() - started) * 1000)
-            _check(status, body)
+            check_answer(status, body)
     finally:
         writer.close()
         with contextlib.suppress(Exception):
