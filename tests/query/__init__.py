@@ -69,3 +69,20 @@ def error(handler: ToolHandler, name: str, **arguments: Any) -> dict[str, Any]:
     is_error, payload = call(handler, name, **arguments)
     assert is_error, payload
     return payload["error"]
+
+
+def count_rows(settings: dict[str, Any], engine: str, table: str) -> int:
+    """Rows of `table` read by the driver directly (engine "maria" or "pg"), outside the gateway."""
+    import psycopg
+    import pymysql
+
+    if engine == "maria":
+        conn = pymysql.connect(**settings)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT count(*) FROM {table}")
+                return cur.fetchone()[0]
+        finally:
+            conn.close()
+    with psycopg.connect(**settings) as pg:
+        return pg.execute(f"SELECT count(*) FROM {table}").fetchone()[0]

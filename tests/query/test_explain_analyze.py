@@ -14,26 +14,13 @@ import pymysql
 import pytest
 
 from gateway import sqlite as gsqlite
-from tests.query import add_auth, add_target, call, error, make_services, ok, reload
+from tests.query import add_auth, add_target, call, count_rows, error, make_services, ok, reload
 from tests.query.test_sql_tools import Handler, make_store
 
 SLOW_SQL = {  # a few seconds of work unless the server cancels it
     "maria": "SELECT SUM(seq % 7) FROM seq_1_to_1000000000",
     "pg": "SELECT count(*) FROM generate_series(1, 1000000000)",
 }
-
-
-def _audit_rows(env: dict, engine: str) -> int:
-    if engine == "maria":
-        conn = pymysql.connect(**env["maria"])
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT count(*) FROM audit")
-                return cur.fetchone()[0]
-        finally:
-            conn.close()
-    with psycopg.connect(**env["pg"]) as conn:
-        return conn.execute("SELECT count(*) FROM audit").fetchone()[0]
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +87,11 @@ def test_analyze_runs_the_statement_and_returns_actual_figures(env: dict, engine
 def test_a_write_inside_is_still_refused(env: dict, engine: str) -> None:
     """SELECT w() passes the parser (w is not a denied function); ANALYZE runs it, and the
     read-only transaction refuses its INSERT."""
-    before = _audit_rows(env, engine)
+    before = count_rows(env[engine], engine, "audit")
     refused = error(env["handler"], "explain_sql", target_id=engine, sql="SELECT w()", analyze=True)
     assert refused["code"] == "INVALID_ARGUMENT" and "read-only" in refused["message"]
     call(env["handler"], "explain_sql", target_id=engine, sql="SELECT w()")  # a plan only (MariaDB refuses even that)
-    assert _audit_rows(env, engine) == before == 0
+    assert count_rows(env[engine], engine, "audit") == before == 0
 
 
 @pytest.mark.parametrize("engine", ["maria", "pg"])

@@ -15,7 +15,7 @@ import psycopg
 import pymysql
 import pytest
 
-from tests.query import add_auth, add_target, error, make_services, ok
+from tests.query import add_auth, add_target, count_rows, error, make_services, ok
 from tests.query.test_sql_tools import Handler, make_store
 
 TIMEOUT_MS = 4000
@@ -66,19 +66,6 @@ def _session(env: dict, engine: str) -> tuple:
         return timeout, read_only
 
 
-def _audit(env: dict, engine: str) -> int:
-    if engine == "maria":
-        conn = pymysql.connect(**env["maria"])
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT count(*) FROM audit")
-                return cur.fetchone()[0]
-        finally:
-            conn.close()
-    with psycopg.connect(**env["pg"]) as conn:
-        return conn.execute("SELECT count(*) FROM audit").fetchone()[0]
-
-
 EXPECTED = {"maria": (1, TIMEOUT_MS / 1000, 0, 1), "pg": (f"{TIMEOUT_MS // 1000}s", "on")}
 
 
@@ -90,7 +77,7 @@ def test_a_function_cannot_loosen_later_calls(env: dict, engine: str) -> None:
     assert _session(env, engine) == EXPECTED[engine]
     refused = error(handler, "run_sql_readonly", target_id=engine, sql="SELECT w()")
     assert refused["code"] == "INVALID_ARGUMENT" and "read-only" in refused["message"]
-    assert _audit(env, engine) == 0
+    assert count_rows(env[engine], engine, "audit") == 0
 
 
 @pytest.mark.parametrize("engine", ["maria", "pg"])

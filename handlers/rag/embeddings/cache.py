@@ -43,13 +43,11 @@ class QueryEmbeddingCache:
             return vector
 
     def embed_query(self, text: str) -> np.ndarray:
+        vector = self.lookup(text)
+        if vector is not None:
+            return vector
         key = (self.embedder.model_id, text)
         with self._lock:
-            vector = self._entries.get(key)
-            if vector is not None:
-                self._entries.move_to_end(key)
-                self.hits += 1
-                return vector
             self.misses += 1
         # Embed outside the lock: a slow remote provider must not serialise every other query.
         vector = self.embedder.embed([text])[0]
