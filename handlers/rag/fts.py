@@ -149,7 +149,9 @@ def ranked(conn: apsw.Connection, match: MatchQuery, flt: FilterSQL, *, limit: i
     if flt.where != "1":
         narrowing = sql_filter(conn, flt.where, flt.params)
         if "allowed_many" in narrowing:
-            return _ranked_checking(conn, match, narrowing["allowed_many"], need=limit + offset)[offset:]
+            found = _ranked_checking(conn, match, narrowing["allowed_many"], need=limit + offset)
+            if found is not None:
+                return found[offset:]
     # With no filter, skip the join: FTS rows and chunks match one to one, and looking up every
     # matching chunk before the sort cost 2-3x at 1M chunks (p95 60 -> 20-30 ms, bench/README.md).
     join = "" if flt.where == "1" else " JOIN rag_chunks c ON c.chunk_rowid = f.rowid"
@@ -163,27 +165,41 @@ def ranked(conn: apsw.Connection, match: MatchQuery, flt: FilterSQL, *, limit: i
     ]
 
 
+# The best matches a broad filter is checked against, at most: need x CHECK_FACTOR, at least
+# CHECK_MIN. A filter passing fewer of them than needed goes back to the join; the bound keeps
+# SQLite's sort of the matches a bounded one when a word matches most of the index.
+CHECK_FACTOR = 50
+CHECK_MIN = 5_000
+
+
 def _ranked_checking(
     conn: apsw.Connection, match: MatchQuery, allowed_many: Callable[[list[int]], Collection[int]], *, need: int
-) -> list[tuple[int, float]]:
-    """A broad filter (thousands of chunks or more): rank every match as if unfiltered, then
+) -> list[tuple[int, float]] | None:
+    """A broad filter (thousands of chunks or more): rank the matches as if unfiltered, then
     check the best ones against the filter in growing batches until `need` pass. Joining each
     match to rag_chunks first cost more than the ranking itself (bench/README.md: a 5 % source
-    filter took 2.5x the unfiltered search at 1M chunks)."""
-    sql = "SELECT rowid, bm25(rag_fts_chunks, 0.0, ?, ?) AS r FROM rag_fts_chunks WHERE rag_fts_chunks MATCH ? ORDER BY r, rowid"
-    try:
-        cursor = conn.execute(sql, (TITLE_WEIGHT, BODY_WEIGHT, match.expression))
-        found: list[tuple[int, float]] = []
-        step = max(FIRST_CHECK, 2 * need)
-        while len(found) < need and (batch := list(itertools.islice(cursor, step))):
-            passed = allowed_many([rowid for rowid, _ in batch])
-            found += [(rowid, float(score)) for rowid, score in batch if rowid in passed]
-            step *= 2
-        return found[:need]
+    filter took 2.5x the unfiltered search at 1M chunks). None: too few of the best passed."""
+    cap = max(CHECK_FACTOR * need, CHECK_MIN)
+    sql = (
+        "SELECT rowid, bm25(rag_fts_chunks, 0.0, ?, ?) AS r FROM rag_fts_chunks"
+        " WHERE rag_fts_chunks MATCH ? ORDER BY r, rowid LIMIT ?"
+    )
+    try:  # rows are read lazily: usually the first batch or two decide
+        cursor = conn.execute(sql, (TITLE_WEIGHT, BODY_WEIGHT, match.expression, cap))
     except apsw.SQLError as exc:
         if match.user_syntax:
             raise InvalidArgument("the query is not valid FTS5 syntax (see the SQLite FTS5 query syntax)") from exc
         raise
+    found: list[tuple[int, float]] = []
+    seen, step = 0, max(FIRST_CHECK, 2 * need)
+    while len(found) < need and (batch := list(itertools.islice(cursor, step))):
+        seen += len(batch)
+        passed = allowed_many([rowid for rowid, _ in batch])
+        found += [(rowid, float(score)) for rowid, score in batch if rowid in passed]
+        step *= 2
+    if len(found) < need and seen >= cap:
+        return None  # more matches exist beyond the cap: the join ranks them all
+    return found[:need]
 
 
 def bm25_of(conn: apsw.Connection, match: MatchQuery, rowids: list[int]) -> dict[int, float]:

@@ -78,3 +78,16 @@ def test_fts5_syntax_errors_are_invalid_argument_on_the_checking_path(conn) -> N
     flt = build_filter(Filters(source_ids=[1]), all_sources_enabled=True)
     with pytest.raises(InvalidArgument):
         fts.ranked(conn, fts.build_match("river AND (lamp", syntax="fts5"), flt, limit=10)
+
+
+@pytest.mark.parametrize("filters", [{"source_ids": [3]}, {"min_score": 9}])
+def test_a_filter_passing_too_few_of_the_best_falls_back_to_the_join(conn, filters: dict, monkeypatch) -> None:
+    monkeypatch.setattr(fts, "CHECK_FACTOR", 1)
+    monkeypatch.setattr(fts, "CHECK_MIN", 40)  # only the best 40 matches are checked
+    calls = []
+    checking = fts._ranked_checking
+    monkeypatch.setattr(fts, "_ranked_checking", lambda *a, **k: calls.append(r := checking(*a, **k)) or r)
+    flt = build_filter(Filters(**filters), all_sources_enabled=True)
+    match = fts.build_match("river")
+    assert fts.ranked(conn, match, flt, limit=30) == joined(conn, match, flt, 30, 0)
+    assert calls == [None]  # the check gave up, the join answered
