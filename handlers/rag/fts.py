@@ -13,12 +13,13 @@ import itertools
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
 import apsw
 
 from gateway.errors import InvalidArgument
 from handlers.rag.filters import FilterSQL
-from handlers.rag.vector_filter import FIRST_CHECK, sql_filter
+from handlers.rag.vector_filter import FIRST_CHECK, admits_many, batch_check
 
 # bm25 column weights (chunk_id, title, body). A title match says more about what a chunk is
 # about than one in a long body; the value is tuned on Cranfield (bench/retrieval_eval.py).
@@ -133,23 +134,42 @@ def build_match(text: str, *, syntax: str = "text") -> MatchQuery | None:
     return MatchQuery(" OR ".join(terms), user_syntax=False, terms_dropped=dropped, terms=tuple(terms))
 
 
-def _run(conn: apsw.Connection, match: MatchQuery, sql: str, params: tuple) -> list[tuple]:
+def _execute(conn: apsw.Connection, match: MatchQuery, sql: str, params: tuple) -> apsw.Cursor:
+    """The statement started (apsw runs its first step here, where FTS5 parses the MATCH)."""
     try:
-        return list(conn.execute(sql, params))
+        return conn.execute(sql, params)
     except apsw.SQLError as exc:
         if match.user_syntax:
             raise InvalidArgument("the query is not valid FTS5 syntax (see the SQLite FTS5 query syntax)") from exc
         raise
 
 
-def ranked(conn: apsw.Connection, match: MatchQuery, flt: FilterSQL, *, limit: int, offset: int = 0) -> list[tuple[int, float]]:
-    """(chunk_rowid, bm25) best first (bm25 is negative; lower is better), filters applied in SQL."""
+def _run(conn: apsw.Connection, match: MatchQuery, sql: str, params: tuple) -> list[tuple]:
+    return list(_execute(conn, match, sql, params))
+
+
+def ranked(
+    conn: apsw.Connection,
+    match: MatchQuery,
+    flt: FilterSQL,
+    *,
+    limit: int,
+    offset: int = 0,
+    narrowing: dict[str, Any] | None = None,
+) -> list[tuple[int, float]]:
+    """(chunk_rowid, bm25) best first (bm25 is negative; lower is better), filters applied in SQL.
+
+    `narrowing` is the filter's `vector_filter.sql_filter` form when the caller has it already
+    (a hybrid search computes it once for both halves); a batch check means a broad filter."""
     if limit <= 0:
         return []
-    if flt.where != "1":
-        narrowing = sql_filter(conn, flt.where, flt.params)
-        if "allowed_many" in narrowing:
-            found = _ranked_checking(conn, match, narrowing["allowed_many"], need=limit + offset)
+    if flt.narrows:
+        if narrowing is not None:
+            allowed_many = narrowing.get("allowed_many")
+        else:
+            allowed_many = batch_check(conn, flt.where, flt.params) if admits_many(conn, flt.where, flt.params) else None
+        if allowed_many is not None:
+            found = _ranked_checking(conn, match, allowed_many, need=limit + offset)
             if found is not None:
                 return found[offset:]
     # With no filter, skip the join: FTS rows and chunks match one to one, and looking up every
@@ -184,12 +204,7 @@ def _ranked_checking(
         "SELECT rowid, bm25(rag_fts_chunks, 0.0, ?, ?) AS r FROM rag_fts_chunks"
         " WHERE rag_fts_chunks MATCH ? ORDER BY r, rowid LIMIT ?"
     )
-    try:  # rows are read lazily: usually the first batch or two decide
-        cursor = conn.execute(sql, (TITLE_WEIGHT, BODY_WEIGHT, match.expression, cap))
-    except apsw.SQLError as exc:
-        if match.user_syntax:
-            raise InvalidArgument("the query is not valid FTS5 syntax (see the SQLite FTS5 query syntax)") from exc
-        raise
+    cursor = _execute(conn, match, sql, (TITLE_WEIGHT, BODY_WEIGHT, match.expression, cap))  # read lazily
     found: list[tuple[int, float]] = []
     seen, step = 0, max(FIRST_CHECK, 2 * need)
     while len(found) < need and (batch := list(itertools.islice(cursor, step))):

@@ -87,15 +87,15 @@ def search_fuse(
         raise InvalidArgument("fuse: w_fts and w_vec cannot both be 0")
     fts_k = call.clamp(params.fts_k, call.caps.candidates_max)
     vec_k = call.clamp(params.vec_k, call.caps.candidates_max)
-    fts_rows = fts.ranked(conn, match, flt, limit=fts_k) if match is not None and params.w_fts > 0 else []
+    narrowing = _narrowing(conn, flt)  # once, for the keyword and the vector rankings
+    fts_rows = fts.ranked(conn, match, flt, limit=fts_k, narrowing=narrowing) if match is not None and params.w_fts > 0 else []
     # Chunks holding every query word: rare for a natural-language question (then this list is
     # empty and changes nothing), decisive for a keyword lookup, where the vector ranking alone
     # would drag the fused order below plain FTS (bench/retrieval_eval.py --known-item).
     all_terms = match.all_terms() if match is not None and params.w_all_terms > 0 else None
-    all_rows = fts.ranked(conn, all_terms, flt, limit=fts_k) if all_terms is not None else []
+    all_rows = fts.ranked(conn, all_terms, flt, limit=fts_k, narrowing=narrowing) if all_terms is not None else []
     query = query_vector()
     call.check_deadline()
-    narrowing = _narrowing(conn, flt)
     unit = np.asarray(query, dtype=np.float32) / max(float(np.linalg.norm(query)), 1e-12)
     pool = index.vectors.candidates(conn, unit, vec_k, **narrowing) if params.w_vec > 0 else None
     vec_rows = pool.nearest(unit, vec_k) if pool is not None else []

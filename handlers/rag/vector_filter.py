@@ -65,13 +65,23 @@ def sql_filter(conn: apsw.Connection, where: str, params: Sequence[Any]) -> dict
     a broader one becomes a batch check of the ANN candidates — never a materialised set of
     hundreds of thousands of rowids, which alone would cost more than the search. `where` is
     built by the caller from fixed fragments; user values are only in `params`."""
-    # Count first (no rows built): for a broad filter this probe is all the set-building it costs.
-    probe = f"SELECT count(*) FROM (SELECT 1 FROM rag_chunks c WHERE {where} LIMIT ?)"
-    if conn.execute(probe, (*params, EXACT_MAX_ROWIDS + 1)).fetchall()[0][0] <= EXACT_MAX_ROWIDS:
+    if not admits_many(conn, where, params):
         return {"allowed_rowids": {r for (r,) in conn.execute(f"SELECT c.chunk_rowid FROM rag_chunks c WHERE {where}", params)}}
+    return {"allowed_many": batch_check(conn, where, params)}
+
+
+def admits_many(conn: apsw.Connection, where: str, params: Sequence[Any]) -> bool:
+    """Whether the filter admits more than EXACT_MAX_ROWIDS chunks. Counts without building
+    rows, and stops at the bound: for a broad filter this probe is all the set-building it costs."""
+    probe = f"SELECT count(*) FROM (SELECT 1 FROM rag_chunks c WHERE {where} LIMIT ?)"
+    return conn.execute(probe, (*params, EXACT_MAX_ROWIDS + 1)).fetchall()[0][0] > EXACT_MAX_ROWIDS
+
+
+def batch_check(conn: apsw.Connection, where: str, params: Sequence[Any]) -> Callable[[list[int]], set[int]]:
+    """The rowids of a batch that pass the filter: one SQL query per batch."""
     check = f"SELECT c.chunk_rowid FROM rag_chunks c WHERE c.chunk_rowid IN (SELECT value FROM json_each(?)) AND ({where})"
 
     def allowed_many(rowids: list[int]) -> set[int]:
         return {r for (r,) in conn.execute(check, (orjson.dumps(rowids), *params))}
 
-    return {"allowed_many": allowed_many}
+    return allowed_many
