@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import secrets
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.parser import Parser
-from sqlglot.tokens import Token, Tokenizer
+from sqlglot.tokens import Token, Tokenizer, TokenType
 
 from gateway.errors import InvalidArgument
 
@@ -97,7 +98,6 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to Command
 class CheckedStatement:
     sql: str  # the regenerated text that will run
     kind: str  # select | show | describe | explain
-    tree: exp.Expression | None  # the checked tree (None for PostgreSQL SHOW)
     dialect: str
 
 
@@ -249,6 +249,14 @@ def _explain_inner(sql: str, dialect: str) -> tuple[str, str] | None:
     raise refuse("only plain EXPLAIN of a SELECT is accepted (no ANALYZE, options or other statements)")
 
 
+def _row_count(node: Any) -> int | None:
+    """The value of a LIMIT/FETCH count written as a plain integer; None for anything else
+    (1e5, 1.5, a string, an expression), which the server might read differently."""
+    if isinstance(node, exp.Literal) and not node.is_string and str(node.this).isdigit():
+        return int(node.this)
+    return None
+
+
 def cap_rows(tree: exp.Expression, row_cap: int) -> exp.Expression:
     """Add or lower the outer LIMIT so the server stops after row_cap rows (we fetch cap = max+1)."""
     if not isinstance(tree, QUERY_ROOTS):
@@ -259,13 +267,15 @@ def cap_rows(tree: exp.Expression, row_cap: int) -> exp.Expression:
         options = limit.args.get("limit_options")
         if count is None:  # FETCH FIRST ROW ONLY: one row
             return tree
-        if isinstance(count, exp.Literal) and not count.is_string and options is not None and not options.args.get("percent"):
-            if int(count.this) > row_cap:
+        rows = _row_count(count)
+        if rows is not None and options is not None and not options.args.get("percent"):
+            if rows > row_cap:
                 limit.set("count", exp.Literal.number(row_cap))
             return tree
         raise refuse("FETCH FIRST must give a number of rows")
     current = limit.expression if isinstance(limit, exp.Limit) else None
-    if isinstance(current, exp.Literal) and not current.is_string and int(current.this) <= row_cap:
+    rows = _row_count(current)
+    if rows is not None and rows <= row_cap:
         return tree
     if limit is not None and not isinstance(current, (exp.Literal, exp.Var, exp.Null)):
         # A computed LIMIT could make the server send more than the cap: refuse it.
@@ -283,16 +293,19 @@ def _capped(tree: exp.Expression, row_cap: int) -> bool:
     )
     if isinstance(limit, exp.Fetch) and value is None:
         return True  # FETCH FIRST ROW ONLY
-    return isinstance(value, exp.Literal) and not value.is_string and int(value.this) <= row_cap
+    rows = _row_count(value)
+    return rows is not None and rows <= row_cap
 
 
 def check_readonly(sql: str, protocol: str, *, row_cap: int | None = None) -> CheckedStatement:
     """Accept one read-only statement and return the text to run, or raise InvalidArgument.
 
-    Results are cached by (sql, protocol, row_cap): agents repeat statements, and a parse
-    costs a few hundred microseconds. Refusals are not cached (they raise)."""
+    A statement that differs from an earlier one only in plain literals is answered from that
+    statement's checked shape (see "Shapes" below); other results are cached by the exact
+    (sql, protocol, row_cap). A full check costs ~110 us; agents repeat statements with new
+    values. Refusals are not cached (they raise)."""
     try:
-        return _check_cached(sql, protocol, row_cap)
+        return _check_by_shape(sql, protocol, row_cap) or _check_cached(sql, protocol, row_cap)
     except InvalidArgument:
         raise
     except Exception:  # a sqlglot bug on odd input (IndexError, RecursionError...): fail closed
@@ -311,7 +324,7 @@ def _check_cached(sql: str, protocol: str, row_cap: int | None) -> CheckedStatem
         match = _PG_SHOW.match(sql)
         if not match:
             raise refuse("SHOW takes one setting name")
-        return CheckedStatement(sql=f"SHOW {match.group(1)}", kind="show", tree=None, dialect=dialect)
+        return CheckedStatement(sql=f"SHOW {match.group(1)}", kind="show", dialect=dialect)
     explain = _explain_inner(sql, dialect)
     prefix, body = explain if explain else ("", sql)
     tree = _parse_one(body, dialect)
@@ -332,7 +345,162 @@ def _check_cached(sql: str, protocol: str, row_cap: int | None) -> CheckedStatem
     check_tree(again)
     if row_cap is not None and not explain and not _capped(again, row_cap):
         raise refuse("the row cap would not apply to the outer query; write the statement in plain form")
-    return CheckedStatement(sql=prefix + text, kind="explain" if explain else kind, tree=tree, dialect=dialect)
+    return CheckedStatement(sql=prefix + text, kind="explain" if explain else kind, dialect=dialect)
+
+
+# -- shapes: statements that differ only in plain literals -------------------------------------
+#
+# Agents send one statement with many values: WHERE id = 1, WHERE id = 2, ... A statement's
+# shape is its exact text with each *plain* literal masked: an integer of digits only (no sign,
+# exponent or leading zero) or a '...' string of printable ASCII without a quote or a
+# backslash. Such a literal is one token of the same type whatever its value, so every other
+# token of the text lexes the same, and the check never reads its value - except row counts
+# (LIMIT, OFFSET, FETCH, TOP), which stay part of the shape.
+#
+# The first statement of a shape is checked in full twice: as written, and with each literal
+# replaced by a unique sentinel (a per-process nonce that the text must not contain). The
+# sentinel run's regenerated text becomes the shape's template, kept only if (1) the sentinel
+# text lexes to the same token types, (2) each sentinel appears in the regenerated text exactly
+# once, delimited as a literal of its kind, and (3) putting the first statement's own literals
+# back into the template reproduces, character for character, what the full check regenerated
+# for it. Otherwise the shape is remembered as unusable and its statements take the full check.
+# A later statement of a usable shape costs a tokenisation (~5 us): its literal values go into
+# the template's slots, where the template was itself parsed and checked twice.
+
+_PLAIN_NUMBER = re.compile(r"(?:0|[1-9][0-9]{0,17})\Z")
+_PLAIN_STRING = re.compile(r"[ -&(-\[\]-~]*\Z")  # printable ASCII but the quote and the backslash
+_ROW_COUNT_WORDS = frozenset({"LIMIT", "OFFSET", "FETCH", "FIRST", "NEXT", "TOP"})
+_NONCE = str(secrets.randbelow(9 * 10**8) + 10**8)  # 9 digits: number sentinels stay < 10**15
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$.")
+_MAX_SHAPES = 4096
+_shapes: dict[tuple[str, str, int | None], _Template | None] = {}
+_shapes_lock = threading.Lock()  # for writers; readers need none
+
+
+@dataclass(frozen=True)
+class _Template:
+    parts: tuple[str, ...]  # regenerated text between the literal slots (one more than slots)
+    order: tuple[int, ...]  # which literal of the statement fills each slot, in text order
+    kind: str
+
+    def fill(self, values: list[str]) -> str:
+        out = [self.parts[0]]
+        for slot, index in enumerate(self.order):
+            out.append(values[index])
+            out.append(self.parts[slot + 1])
+        return "".join(out)
+
+
+def _is_row_count(tokens: list[Token], i: int) -> bool:
+    before = tokens[i - 1].text.upper() if i else ""
+    if before in _ROW_COUNT_WORDS:
+        return True
+    # MySQL's LIMIT offset, count
+    return before == "," and i >= 3 and tokens[i - 3].text.upper() == "LIMIT"
+
+
+def _shape_of(sql: str, dialect: str) -> tuple[str, list[str], str] | None:
+    """(the text with plain literals masked, their values, their kinds "N"/"S"), or None when
+    the statement has no plain literal."""
+    tokens = _tokenize(sql, dialect)
+    pieces: list[str] = []
+    values: list[str] = []
+    kinds: list[str] = []
+    position = 0
+    for i, token in enumerate(tokens):
+        text = token.text
+        if token.token_type is TokenType.NUMBER:
+            if not _PLAIN_NUMBER.match(text) or sql[token.start : token.end + 1] != text or _is_row_count(tokens, i):
+                continue
+            kind = "N"
+        elif token.token_type is TokenType.STRING:
+            if not _PLAIN_STRING.match(text) or "/*" in text or sql[token.start : token.end + 1] != f"'{text}'":
+                continue
+            kind = "S"
+        else:
+            continue
+        pieces += (sql[position : token.start], "\x00", kind)
+        values.append(text)
+        kinds.append(kind)
+        position = token.end + 1
+    if not values:
+        return None
+    pieces.append(sql[position:])
+    return "".join(pieces), values, "".join(kinds)
+
+
+def _check_by_shape(sql: str, protocol: str, row_cap: int | None) -> CheckedStatement | None:
+    """The checked statement from its shape's template; None sends it to the full check."""
+    dialect = dialect_of(protocol)
+    if "\x00" in sql or _NONCE in sql or _MAYBE_EXPLAIN.search(sql):
+        return None  # NUL is refused by the full check; EXPLAIN carries a prefix of its own
+    if dialect == "postgres" and sql.lstrip()[:4].upper() == "SHOW":
+        return None
+    try:
+        shape = _shape_of(sql, dialect)
+    except SqlglotError:
+        return None  # the full check refuses it with its reason
+    if shape is None:
+        return None
+    masked, values, kinds = shape
+    key = (masked, protocol, row_cap)
+    template = _shapes.get(key, _shapes)  # _shapes itself marks "never seen"
+    if template is _shapes:
+        checked = _check_cached(sql, protocol, row_cap)  # a refusal raises: nothing is learnt
+        template = _learn(masked, values, kinds, sql, protocol, row_cap, checked)
+        with _shapes_lock:
+            if len(_shapes) >= _MAX_SHAPES:
+                del _shapes[next(iter(_shapes))]  # the oldest
+            _shapes[key] = template
+        return checked
+    if template is None:
+        return None
+    return CheckedStatement(sql=template.fill(values), kind=template.kind, dialect=dialect)
+
+
+def _sentinel(kind: str, index: int) -> str:
+    return f"{_NONCE}{index:06d}" if kind == "N" else f"zq{_NONCE}s{index:06d}"
+
+
+def _learn(
+    masked: str, values: list[str], kinds: str, sql: str, protocol: str, row_cap: int | None, checked: CheckedStatement
+) -> _Template | None:
+    """The shape's template from a sentinel run, or None when any of its proofs fails."""
+    dialect = dialect_of(protocol)
+    pieces = masked.split("\x00")
+    sentinels = [_sentinel(kind, i) for i, kind in enumerate(kinds)]
+    sentinel_sql = pieces[0] + "".join(
+        (s if kind == "N" else f"'{s}'") + piece[1:] for s, kind, piece in zip(sentinels, kinds, pieces[1:], strict=True)
+    )
+    types = [t.token_type for t in _tokenize(sql, dialect)]
+    if [t.token_type for t in _tokenize(sentinel_sql, dialect)] != types:
+        return None
+    try:
+        reference = _check_cached.__wrapped__(sentinel_sql, protocol, row_cap)
+    except Exception:  # noqa: BLE001 - refused or a sqlglot bug: this shape takes the full check
+        return None
+    text = reference.sql
+    found: list[tuple[int, int]] = []  # (position, literal index)
+    for index, (s, kind) in enumerate(zip(sentinels, kinds, strict=True)):
+        at = text.find(s)
+        if at < 0 or text.find(s, at + 1) >= 0:
+            return None
+        before, after = text[at - 1 : at], text[at + len(s) : at + len(s) + 1]
+        if kind == "S" and (before, after) != ("'", "'"):
+            return None
+        if kind == "N" and (before in _WORD_CHARS or after in _WORD_CHARS):
+            return None
+        found.append((at, index))
+    found.sort()
+    parts, position = [], 0
+    for at, index in found:
+        parts.append(text[position:at])
+        position = at + len(sentinels[index])
+    parts.append(text[position:])
+    template = _Template(parts=tuple(parts), order=tuple(index for _, index in found), kind=reference.kind)
+    if template.kind != checked.kind or template.fill(values) != checked.sql:
+        return None
+    return template
 
 
 # -- caller expressions for the sampling tools ---------------------------------------------------

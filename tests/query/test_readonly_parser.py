@@ -189,7 +189,7 @@ def test_fuzz_refuses_cleanly_or_returns_a_fixed_point(protocol: str, parts: lis
     except InvalidArgument:
         return
     # An independent look at what will run: sqlglot's own tree, with a short list of its write nodes.
-    if checked.tree is not None:
+    if (checked.kind, checked.dialect) != ("show", "postgres"):  # PostgreSQL SHOW is checked as text
         ran = sqlglot.parse_one(checked.sql.removeprefix("EXPLAIN QUERY PLAN ").removeprefix("EXPLAIN "), read=checked.dialect)
         writes = (exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Create, exp.Command, exp.Into, exp.Lock, exp.Set, exp.Copy)
         assert not list(ran.find_all(*writes)), (sql, checked.sql)
