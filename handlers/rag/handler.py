@@ -144,6 +144,7 @@ class RagHandler(SyncTools, FetchTools):
             index, self.index = self.index, None
             self.services.shared.pop("rag_index", None)
             await anyio.to_thread.run_sync(index.close)
+        await super().close()
 
     # -- helpers ---------------------------------------------------------------------------
     def _index(self) -> RagIndex:
