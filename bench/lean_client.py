@@ -11,7 +11,9 @@ result, isError false).
     from lean_client import Endpoint, run_http, run_threads, summary
 
 `run_http(..., server_group=PGID)` also reports the server's CPU per call (user+system time
-of its process group from /proc), which other load on a shared machine does not distort.
+of its process group from /proc), which other load on a shared machine does not distort. Both
+runners report the clients' own CPU per call: what the load generator itself takes from the
+machine's cores.
 """
 
 from __future__ import annotations
@@ -124,11 +126,12 @@ def process_group_cpu_s(group: int) -> float:
 
 def _spread(
     run_share: Callable[[int, float], list[float]], *, clients: int, procs: int, cpu_group: int | None = None
-) -> tuple[list[float], float, float | None]:
+) -> tuple[list[float], float, float | None, float]:
     """Run `clients` clients in min(procs, clients) forked processes; each process runs
     run_share(its client count, start_at) and returns latencies in ms. Returns them all, the
-    wall time from the common start to the last client's end, and the CPU seconds process
-    group `cpu_group` (a server) spent over that time (None without a group)."""
+    wall time from the common start to the last client's end, the CPU seconds process group
+    `cpu_group` (a server) spent over that time (None without a group), and the CPU seconds
+    the client processes spent from the common start to their end."""
     procs = max(1, min(procs, clients))
     ctx = multiprocessing.get_context("fork")  # closures travel to the children without pickling
     queue = ctx.Queue()
@@ -137,8 +140,9 @@ def _spread(
     def child(share: int) -> None:
         random.seed()  # forked children would otherwise draw the same "random" statements
         try:
-            latencies = run_share(share, start_at)
-            queue.put({"latencies": latencies, "ended": time.time()})
+            cpu_at_start: list[float] = []
+            latencies = run_share(share, start_at, cpu_at_start)
+            queue.put({"latencies": latencies, "ended": time.time(), "cpu": time.process_time() - cpu_at_start[0]})
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
             queue.put({"error": repr(exc)})
 
@@ -155,7 +159,8 @@ def _spread(
     errors = [r["error"] for r in results if "error" in r]
     if errors:
         raise RuntimeError(errors[0])
-    return [x for r in results for x in r["latencies"]], max(r["ended"] for r in results) - start_at, cpu
+    latencies = [x for r in results for x in r["latencies"]]
+    return latencies, max(r["ended"] for r in results) - start_at, cpu, sum(r["cpu"] for r in results)
 
 
 def run_http(
@@ -167,16 +172,19 @@ def run_http(
     procs: int,
     warmup: int = 10,
     server_group: int | None = None,
-) -> tuple[list[float], float, float | None]:
+) -> tuple[list[float], float, float | None, float]:
     """Each client: one keep-alive TLS connection, calls made one after the other. With
     server_group (the server's process group), also the server's CPU seconds meanwhile."""
 
-    def share(count: int, start_at: float) -> list[float]:
+    def share(count: int, start_at: float, cpu_at_start: list[float]) -> list[float]:
         async def main() -> list[float]:
             out: list[float] = []
-            await asyncio.gather(
-                *(_http_client(endpoint, make_body, calls_per_client, warmup, start_at, out) for _ in range(count))
+            clients = [_http_client(endpoint, make_body, calls_per_client, warmup, start_at, out) for _ in range(count)]
+            # The clients' CPU is counted from the common start, after their warm-up calls.
+            asyncio.get_running_loop().call_later(
+                max(0.0, start_at - time.time()), lambda: cpu_at_start.append(time.process_time())
             )
+            await asyncio.gather(*clients)
             return out
 
         return asyncio.run(main())
@@ -186,10 +194,10 @@ def run_http(
 
 def run_threads(
     make_call: Callable[[], Callable[[], None]], *, clients: int, calls_per_client: int, procs: int, warmup: int = 10
-) -> tuple[list[float], float, float | None]:
+) -> tuple[list[float], float, float | None, float]:
     """Each client: a thread with its own `make_call()` (e.g. its own driver connection)."""
 
-    def share(count: int, start_at: float) -> list[float]:
+    def share(count: int, start_at: float, cpu_at_start: list[float]) -> list[float]:
         out: list[float] = []
         lock = threading.Lock()
 
@@ -209,6 +217,8 @@ def run_threads(
         threads = [threading.Thread(target=client) for _ in range(count)]
         for thread in threads:
             thread.start()
+        time.sleep(max(0.0, start_at - time.time()))
+        cpu_at_start.append(time.process_time())
         for thread in threads:
             thread.join()
         if len(out) != count * calls_per_client:
@@ -222,7 +232,9 @@ def percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def summary(latencies_ms: list[float], wall_s: float, server_cpu_s: float | None = None) -> dict[str, float]:
+def summary(
+    latencies_ms: list[float], wall_s: float, server_cpu_s: float | None = None, client_cpu_s: float | None = None
+) -> dict[str, float]:
     ordered = sorted(latencies_ms)
     out = {
         "calls": len(ordered),
@@ -233,4 +245,6 @@ def summary(latencies_ms: list[float], wall_s: float, server_cpu_s: float | None
     }
     if server_cpu_s is not None:
         out["server_cpu_ms_per_call"] = round(server_cpu_s * 1000 / len(ordered), 3)
+    if client_cpu_s is not None:
+        out["client_cpu_ms_per_call"] = round(client_cpu_s * 1000 / len(ordered), 3)
     return out

@@ -244,6 +244,16 @@ def micro(tmp: Path, repeats: int = 2000) -> dict[str, float]:
     }
 
 
+def cores_for_goal(measured: dict[str, float], clients: int, goal_p50_ms: float) -> dict[str, float]:
+    """What the goal asks of the machine. With `clients` closed-loop clients, p50 near the mean
+    means about clients / goal calls per second; at the CPU per call measured for the gateway
+    and for the load generator (the database's own CPU not counted), that rate needs this many
+    cores. More than the machine has means no gateway change alone can meet the goal here."""
+    rate = clients / goal_p50_ms * 1000
+    cpu_ms = measured.get("server_cpu_ms_per_call", 0.0) + measured.get("client_cpu_ms_per_call", 0.0)
+    return {"calls_per_s": round(rate), "cpu_ms_per_call": round(cpu_ms, 3), "cores": round(rate * cpu_ms / 1000, 2)}
+
+
 def median_round(rounds: list[dict[str, float]]) -> dict[str, Any]:
     """The round with the median p50, with every round's p50 kept."""
     chosen = sorted(rounds, key=lambda r: r["p50_ms"])[len(rounds) // 2]
@@ -282,6 +292,7 @@ def measure_servers(
             row["goal_p50_ms"] = round(1.5 * direct_p50 + 1.0, 3)
             row["ratio_p50"] = {label: round(row[label]["p50_ms"] / direct_p50, 2) for label in servers}
             row["meets_goal"] = {label: row[label]["p50_ms"] <= row["goal_p50_ms"] for label in servers}
+            row["cores_for_goal"] = {label: cores_for_goal(row[label], clients, row["goal_p50_ms"]) for label in servers}
             results[f"{engine}_c{clients}"] = row
             print(
                 f"{engine} c={clients}: {json.dumps({k: v['p50_ms'] for k, v in row.items() if isinstance(v, dict) and 'p50_ms' in v})}",
@@ -305,6 +316,10 @@ def measure_servers(
         level = key.split("_")[1]
         row["sql_tool_minus_floor_p50_ms"] = {
             label: round(row[label]["p50_ms"] - floor[level][label]["p50_ms"], 3) for label in servers
+        }
+        # Even a tool that touches no database, at this row's goal:
+        row["floor_cores_for_goal"] = {
+            label: cores_for_goal(floor[level][label], int(level[1:]), row["goal_p50_ms"]) for label in servers
         }
     return results, floor
 
