@@ -85,6 +85,7 @@ _DENIED_NODE_NAMES = (
 DENIED_NODES: tuple[type[exp.Expression], ...] = tuple(getattr(exp, n) for n in _DENIED_NODE_NAMES if hasattr(exp, n))
 QUERY_ROOTS: tuple[type[exp.Expression], ...] = (exp.Select, exp.SetOperation, exp.Subquery)
 
+CACHED_SQL_CHARS = 8192  # longer statements are checked every time (2048 + 4096 cache entries at most)
 _CONDITIONAL_COMMENT = re.compile(r"/\*[!+]|/\*M!", re.IGNORECASE)  # /*! */ /*M! */ and optimizer hints
 _PG_SHOW = re.compile(r"^\s*SHOW\s+(ALL|[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?)\s*;?\s*$", re.IGNORECASE)
 _PLAIN_EXPLAIN = {"EXPLAIN", "DESCRIBE", "DESC"}
@@ -303,8 +304,11 @@ def check_readonly(sql: str, protocol: str, *, row_cap: int | None = None) -> Ch
     A statement that differs from an earlier one only in plain literals is answered from that
     statement's checked shape (see "Shapes" below); other results are cached by the exact
     (sql, protocol, row_cap). A full check costs ~110 us; agents repeat statements with new
-    values. Refusals are not cached (they raise)."""
+    values. Refusals are not cached (they raise), nor statements longer than CACHED_SQL_CHARS,
+    which would let a caller fill the caches with hundreds of megabytes."""
     try:
+        if len(sql) > CACHED_SQL_CHARS:
+            return _check_cached.__wrapped__(sql, protocol, row_cap)
         return _check_by_shape(sql, protocol, row_cap) or _check_cached(sql, protocol, row_cap)
     except InvalidArgument:
         raise

@@ -129,3 +129,15 @@ def test_a_refusal_is_never_learnt_and_the_nonce_is_never_trusted() -> None:
     nonce_text = f"SELECT {readonly._NONCE}000000 AS n FROM shapes_n WHERE id = 1"
     assert readonly._check_by_shape(nonce_text, "pgsql", 11) is None
     assert check_readonly(nonce_text, "pgsql", row_cap=11).sql == full_check(nonce_text, "pgsql", 11).sql
+
+
+def test_long_statements_are_not_cached() -> None:
+    """At most a few thousand cache entries of at most CACHED_SQL_CHARS each: a caller cannot
+    fill the gateway's memory with distinct 64 KiB statements."""
+    padding = " AND name <> 'x'" * (readonly.CACHED_SQL_CHARS // 16)
+    shapes, misses = len(readonly._shapes), readonly._check_cached.cache_info().misses
+    for i in range(3):
+        checked = check_readonly(f"SELECT id FROM shapes_long WHERE id = {i}{padding}", "pgsql", row_cap=11)
+        assert checked.sql.startswith(f"SELECT id FROM shapes_long WHERE id = {i} AND")
+    assert len(readonly._shapes) == shapes
+    assert readonly._check_cached.cache_info().misses == misses
