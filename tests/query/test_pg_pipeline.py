@@ -328,3 +328,14 @@ def test_after_a_statement_error_the_rollback_is_the_only_extra_trip(conn: psyco
     kinds = [m[0] for m in sent]
     assert kinds.count("Sync") == 1 and sent[-1] == ["Query", ' "ROLLBACK"']
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_value_psycopg_cannot_load_is_invalid_argument_and_the_session_stays_usable(conn: psycopg.Connection) -> None:
+    """'infinity'::date has no Python date: the caller is told to select it as text, not that
+    the connection failed."""
+    before = _session(conn)
+    with pytest.raises(InvalidArgument) as raised:
+        execute_readonly("pgsql", conn, "SELECT 'infinity'::date AS d", **LIMITS)
+    assert "CAST(column AS text)" in str(raised.value)
+    assert _session(conn) == before
+    assert execute_readonly("pgsql", conn, "SELECT CAST('infinity'::date AS text) AS d", **LIMITS).rows == [["infinity"]]
