@@ -155,3 +155,14 @@ def test_periodic_sync_runs_when_due(host) -> None:
     (job_id,) = manager.run_due()  # never synced: due now
     assert wait_job(handler, job_id)["state"] == "ok"
     assert manager.run_due() == []  # synced a moment ago: not due for an hour
+
+
+def test_a_finished_sync_has_caught_the_ann_index_up(host) -> None:
+    """The first search after a sync answers without replaying the sync's change log first."""
+    handler, _, _ = host
+    vectors = handler.index.vectors
+    vectors.refresh(handler.index.conn)  # loaded, as RagHandler does at start
+    _, out = call(handler, "rag.admin.sync", {"source_names": ["notes"]})
+    assert wait_job(handler, out["job_id"])["state"] == "ok"
+    head = handler.index.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rag_vec_changes'").fetchall()[0][0]
+    assert head > 0 and vectors._seq == head and len(vectors._index) == 200

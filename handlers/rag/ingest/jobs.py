@@ -249,6 +249,7 @@ class JobManager:
             on_progress=on_progress,
             stop=self.stop,
         ).run()
+        self.index.vectors.catch_up(self.index.conn)
 
     def _target(self, spec: SourceSpec) -> Target:
         targets, skipped = targets_from_runtime(self.runtime())
