@@ -5,7 +5,9 @@ SHOW or DESCRIBE <table> (MySQL/MariaDB), or a plain EXPLAIN of a SELECT, and re
 statement *regenerated* from the checked tree. The regenerated text is what runs, so a
 parser differential (a comment, a MySQL `--` quirk, a token sqlglot silently dropped) cannot
 smuggle anything past the check: what was checked is what executes. The regenerated text is
-parsed and checked once more, so a generator quirk cannot produce an unchecked statement.
+parsed and checked once more, so a generator quirk cannot produce an unchecked statement. A
+statement that differs from a checked one only in plain literal values reuses that one's
+proven template instead of being parsed (see "shapes" below: ~13 us instead of ~113 us).
 
 Refused anywhere in the tree: DML/DDL and writable CTEs, INTO (OUTFILE, DUMPFILE, @var,
 a new table), locking clauses (FOR UPDATE/SHARE, LOCK IN SHARE MODE), SET/CALL/DO/PREPARE/
