@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,9 @@ _ENVELOPE_BYTES = 512  # room for `truncated`, `stats` and the keys around the r
 
 
 RECENT_JOBS_IN_STATS = 5
+FOLLOW_INTERVAL_S = 1.0  # how often each process looks for vectors other processes committed
+
+log = logging.getLogger(__name__)
 
 
 def index_embedding_config(runtime: Any) -> dict[str, Any]:
@@ -99,7 +103,8 @@ class RagHandler(SyncTools, FetchTools):
 
     def __init__(self, services: Any) -> None:
         super().__init__(services)
-        self._closing = threading.Event()  # stops a purge of removed sources at shutdown
+        self._closing = threading.Event()  # stops a purge of removed sources and the follower at shutdown
+        self._follower: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:
@@ -121,6 +126,8 @@ class RagHandler(SyncTools, FetchTools):
         # Load (or rebuild) the ANN now: done inside the first search it would hold the search
         # lock for a second (snapshot) to minutes (rebuild at 1M vectors) and blow rag-timeout_ms.
         self.index.vectors.refresh(self.index.conn)
+        self._follower = threading.Thread(target=self._follow_index, args=(self.index,), name="rag-ann-follower", daemon=True)
+        self._follower.start()
         self.services.shared["rag_index"] = self.index
         self.services.shared["rag_embedder"] = embedder
         self.start_ingest()
@@ -135,8 +142,20 @@ class RagHandler(SyncTools, FetchTools):
         if before is not after and before != after:
             apply_source_changes(self.index, self.services.data_dir, source_states(before), source_states(after), self._closing)
 
+    def _follow_index(self, index: RagIndex) -> None:
+        """Keep the ANN index level with syncs by other processes (another worker, the demo
+        build, `mcp-gateway rag sync`), so a search never replays a large change log: one tiny
+        query a second when nothing changed, batches of vectors.CATCH_UP_BATCH when it did."""
+        while not self._closing.wait(FOLLOW_INTERVAL_S):
+            try:
+                index.vectors.catch_up(index.conn, stop=self._closing)
+            except Exception:  # noqa: BLE001 - searches catch up on their own meanwhile
+                log.warning("catching the ANN index up failed; retrying", exc_info=True)
+
     async def close(self) -> None:
         self._closing.set()
+        if self._follower is not None:
+            await anyio.to_thread.run_sync(self._follower.join, 10)  # at most one batch in flight
         await anyio.to_thread.run_sync(self.stop_ingest)
         if self._embedding_thread is not None:
             self._embedding_thread.shutdown(wait=False, cancel_futures=True)

@@ -56,6 +56,12 @@ EXACT_COST_RATIO = 1.7
 OVERFETCH_MAX = 20_000
 # Rows read per batch when scanning SQLite (rebuild, exact search).
 SCAN_BATCH = 20_000
+# Change-log rows applied per hold of the index lock when catching up (~60 us each: ~0.12 s).
+# A search applies at most this many itself; a bigger backlog (a large sync by another
+# process) is applied by catch_up in the background, the lock released between batches, so
+# no search waits for more than one batch. Meanwhile the newest vectors are missing from the
+# graph only (their chunks are still found by FTS, and by exact search under a filter).
+CATCH_UP_BATCH = 2_000
 
 
 def vector_schema(dim: int) -> str:
@@ -184,28 +190,33 @@ class VectorIndex:
 
     # ---- keeping up with SQLite -------------------------------------------------------------
 
-    def refresh(self, conn: apsw.Connection) -> None:
-        """Apply changes committed since this process last looked; load or rebuild if needed."""
+    def refresh(self, conn: apsw.Connection, *, max_changes: int | None = None) -> bool:
+        """Apply changes committed since this process last looked (at most max_changes of
+        them); load or rebuild if needed. Returns whether the index is level with the log."""
         if self._index is not None and conn.txn_state("main") == apsw.SQLITE_TXN_WRITE:
             # This connection's own uncommitted writes may still roll back (and their seq numbers
             # be reused by another commit): catch up after COMMIT instead. Results stay correct
             # meanwhile because every candidate is rescored from SQLite.
-            return
+            return False
         with self._lock, _read_snapshot(conn):
             generation, head, trimmed = self._log_position(conn)
             if self._index is None or generation != self._generation or self._seq > head or self._seq < trimmed:
                 self._load_or_rebuild(conn, generation, head, trimmed)
             if self._seq < head:
-                self._apply_changes(conn, self._seq, head)
-                self._seq = head
+                through = head if max_changes is None else min(head, self._seq + max_changes)
+                self._apply_changes(conn, self._seq, through)
+                self._seq = through
+            return self._seq == head
 
-    def catch_up(self, conn: apsw.Connection) -> None:
-        """After a sync in this process: apply its changes now, in the sync's thread, so the next
-        search need not (929 changes, the demo corpus: 52-68 ms). Loads nothing: a process that
-        never searched (the ingest CLI) keeps no ANN index. Other processes still catch up in
-        their first search."""
-        if self._index is not None:
-            self.refresh(conn)
+    def catch_up(self, conn: apsw.Connection, stop: threading.Event | None = None) -> None:
+        """Apply what other connections committed, CATCH_UP_BATCH changes per hold of the lock,
+        so searches meanwhile wait for one batch at most. Called after a sync in this process
+        and by RagHandler's follower thread for syncs of other processes (929 changes, the demo
+        corpus: 52-68 ms in all). Loads nothing: a process that never searched (the ingest
+        CLI) keeps no ANN index."""
+        while self._index is not None and not (stop is not None and stop.is_set()):
+            if self.refresh(conn, max_changes=CATCH_UP_BATCH):
+                return
 
     def _log_position(self, conn: apsw.Connection) -> tuple[str, int, int]:
         try:
@@ -327,7 +338,7 @@ class VectorIndex:
         q = self._query(query)
         if k <= 0 or (allowed_rowids is not None and not allowed_rowids):
             return Candidates.none(self.dim)
-        self.refresh(conn)
+        self.refresh(conn, max_changes=CATCH_UP_BATCH)  # a bigger backlog: see catch_up
         passing = Filter(allowed_rowids, allowed, allowed_many)
         # Unfiltered: the graph's own candidate list (expansion_search long) costs the same for
         # 40 results as for 10, and rescoring 40 with exact floats repairs i8 quantisation error.

@@ -157,3 +157,20 @@ def test_starting_over_an_index_the_configuration_never_named_deletes_nothing(ra
         assert counts(reopened, 1)["chunks"] == 120 and counts(reopened, 2)["chunks"] == 120
     finally:
         anyio.run(reopened.close)
+
+
+def test_the_follower_applies_vectors_another_process_committed_without_a_search(rag) -> None:
+    """A sync by another process (another worker, the demo build, the CLI) commits vectors:
+    the handler's follower thread applies them within seconds, so no search has to."""
+    from handlers.rag.vectors import read_vectors, write_vectors
+
+    handler, _ = rag
+    vectors = handler.index.vectors
+    other = sqlite.connect(handler.index.path, vec=False)  # the other process's connection
+    rowids = [r for (r,) in other.execute("SELECT chunk_rowid FROM rag_vec_chunks ORDER BY chunk_rowid")]
+    present, matrix = read_vectors(other, rowids, vectors.dim)
+    with sqlite.transaction(other):
+        write_vectors(other, [int(r) for r in present], matrix[:, ::-1].copy())  # new vectors for every chunk
+    head = other.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rag_vec_changes'").fetchall()[0][0]
+    assert vectors._seq < head
+    wait_until(lambda: vectors._seq == head, timeout_s=10)

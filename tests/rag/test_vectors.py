@@ -11,6 +11,7 @@ import pytest
 
 from gateway.errors import InvalidArgument
 from gateway.sqlite import connect, transaction
+from handlers.rag import vectors as vectors_module
 from handlers.rag.vectors import (
     VectorIndex,
     apply_vector_schema,
@@ -129,6 +130,39 @@ def test_two_processes_catch_up_through_sqlite(db) -> None:
     assert server.search(conn, vectors[300], 1)[0][0] == 301
     assert 6 not in [r for r, _ in server.search(conn, vectors[5], 5)]
     assert len(server._index) == len(ingester._index) == 399
+
+
+def test_a_search_applies_one_batch_of_a_big_backlog_and_catch_up_the_rest(db) -> None:
+    """Another process commits more changes than one batch: a search waits for one batch only
+    (its own results still come right through FTS and rescoring); catch_up, the lock released
+    between batches, brings the graph level with the log."""
+    path, conn = db
+    other_conn = connect(path, vec=True)
+    count = vectors_module.CATCH_UP_BATCH * 2 + 50
+    vectors = clustered_unit_vectors(count + 10, DIM)
+    with transaction(conn):
+        write_vectors(conn, list(range(1, 11)), vectors[:10])
+    server = VectorIndex(path, dim=DIM)
+    server.refresh(conn)
+    with transaction(other_conn):
+        write_vectors(other_conn, list(range(11, count + 11)), vectors[10:])
+    server.search(conn, vectors[0], 1)
+    assert server._seq == 10 + vectors_module.CATCH_UP_BATCH and len(server._index) == 10 + vectors_module.CATCH_UP_BATCH
+    assert server.refresh(conn, max_changes=vectors_module.CATCH_UP_BATCH) is False  # one more batch, not level yet
+    assert server._seq == 10 + 2 * vectors_module.CATCH_UP_BATCH
+    server.catch_up(conn)
+    assert server._seq == count + 10 and len(server._index) == count + 10
+    assert server.refresh(conn, max_changes=vectors_module.CATCH_UP_BATCH) is True
+    assert server.search(conn, vectors[count + 9], 1)[0][0] == count + 10
+
+
+def test_catch_up_loads_nothing_in_a_process_that_never_searched(db) -> None:
+    path, conn = db
+    with transaction(conn):
+        write_vectors(conn, [1, 2], clustered_unit_vectors(2, DIM))
+    cli = VectorIndex(path, dim=DIM)
+    cli.catch_up(conn)
+    assert cli._index is None
 
 
 def test_snapshot_is_reused_and_rebuilt_when_missing_or_corrupt(db) -> None:
