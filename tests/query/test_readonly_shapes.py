@@ -141,3 +141,40 @@ def test_long_statements_are_not_cached() -> None:
         assert checked.sql.startswith(f"SELECT id FROM shapes_long WHERE id = {i} AND")
     assert len(readonly._shapes) == shapes
     assert readonly._check_cached.cache_info().misses == misses
+
+
+def _other_values(sql: str, protocol: str) -> str | None:
+    """The statement with every plain literal given another plain value (same shape), or None
+    when it has none."""
+    shape = readonly._shape_of(sql, readonly.dialect_of(protocol)) if "\x00" not in sql else None  # NUL: refused before shapes
+    if shape is None:
+        return None
+    masked, values, kinds = shape
+    pieces = masked.split("\x00")
+    out = [pieces[0]]
+    for value, kind, piece in zip(values, kinds, pieces[1:], strict=True):
+        out.append(str(int(value) + 1) if kind == "N" else f"'{value}x'")
+        out.append(piece[1:])
+    return "".join(out)
+
+
+def _hostile() -> list[tuple[str, str]]:
+    from tests.query.test_readonly_hostile import MYSQL_HOSTILE, PG_HOSTILE
+    from tests.query.test_readonly_parser import SQLITE_HOSTILE
+
+    return [("mysql", s) for s in MYSQL_HOSTILE] + [("pgsql", s) for s in PG_HOSTILE] + [("sqlite", s) for s in SQLITE_HOSTILE]
+
+
+@pytest.mark.parametrize(("protocol", "sql"), _hostile())
+def test_no_value_variant_of_a_hostile_statement_teaches_a_shape(protocol: str, sql: str) -> None:
+    """The whole hostile corpus, each statement after the same shape with other values was
+    checked first: still refused, and no template was learnt for that shape."""
+    variant = _other_values(sql, protocol)
+    if variant is not None:
+        with pytest.raises(InvalidArgument):
+            check_readonly(variant, protocol, row_cap=11)
+    with pytest.raises(InvalidArgument):
+        check_readonly(sql, protocol, row_cap=11)
+    shape = readonly._shape_of(sql, readonly.dialect_of(protocol)) if "\x00" not in sql else None
+    if shape is not None:
+        assert readonly._shapes.get((shape[0], protocol, 11)) is None
