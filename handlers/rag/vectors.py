@@ -215,8 +215,9 @@ class VectorIndex:
         corpus: 52-68 ms in all). Loads nothing: a process that never searched (the ingest
         CLI) keeps no ANN index."""
         while self._index is not None and not (stop is not None and stop.is_set()):
-            if self.refresh(conn, max_changes=CATCH_UP_BATCH):
-                return
+            before = self._seq
+            if self.refresh(conn, max_changes=CATCH_UP_BATCH) or self._seq == before:
+                return  # level; or no progress: conn holds a write transaction, catch up after its COMMIT
 
     def _log_position(self, conn: apsw.Connection) -> tuple[str, int, int]:
         try:

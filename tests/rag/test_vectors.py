@@ -357,3 +357,19 @@ def test_searching_inside_an_uncommitted_write_does_not_poison_the_ann(db) -> No
     assert index.search(conn, vectors[21], 1)[0][0] == 22
     assert 11 not in [r for r, _ in index.search(conn, vectors[10], 12)]
     assert len(index._index) == 12
+
+
+def test_catch_up_inside_the_connections_own_write_transaction_returns(db) -> None:
+    """Its uncommitted seqs may roll back: catch_up leaves them for after the COMMIT, and returns."""
+    path, conn = db
+    vectors = clustered_unit_vectors(20, DIM)
+    with transaction(conn):
+        write_vectors(conn, list(range(1, 11)), vectors[:10])
+    index = VectorIndex(path, dim=DIM)
+    index.refresh(conn)
+    with transaction(conn):
+        write_vectors(conn, list(range(11, 21)), vectors[10:])
+        index.catch_up(conn)
+        assert index._seq == 10
+    index.catch_up(conn)
+    assert index._seq == 20
