@@ -39,6 +39,7 @@ class ReloadReport:
     tables: dict[str, str] = field(default_factory=dict)  # runtime table -> "+a -b ~c"
     failed: dict[str, str] = field(default_factory=dict)  # module -> why it kept its runtime
     certificate: str = ""  # "" when the certificate files did not change
+    certificate_now: str = ""  # subject, serial, not-after of the certificate now served
     version: int = 0
 
     def summary(self) -> str:
@@ -52,12 +53,15 @@ class ReloadReport:
         return ", ".join(parts) or "nothing changed"
 
 
-def reload_from_disk(store: ConfigStore, environ: Mapping[str, str] = os.environ) -> ReloadReport:
-    """Steps 1-3 above; returns what changed (also logged)."""
+def reload_from_disk(
+    store: ConfigStore, environ: Mapping[str, str] = os.environ, *, certificate_before: str | None = None
+) -> ReloadReport:
+    """Steps 1-3 above; returns what changed (also logged). `certificate_before` is what the
+    previous start or reload served (`certificate_identity`): the files may already be new."""
     from gateway.startup import env_name  # startup imports the handlers: import on use
 
     before = store.read_runtime()
-    cert_before = _certificate_identity(store.data_dir, before)
+    cert_before = certificate_identity(store.data_dir, before) if certificate_before is None else certificate_before
     report = ReloadReport()
     for module in store.modules:
         store.load_from_disk(module)
@@ -74,7 +78,7 @@ def reload_from_disk(store: ConfigStore, environ: Mapping[str, str] = os.environ
     after = store.read_runtime()
     report.variables = _variable_changes(before, after)
     report.tables = _table_changes(before, after)
-    cert_after = _certificate_identity(store.data_dir, after)
+    cert_after = report.certificate_now = certificate_identity(store.data_dir, after)
     if cert_after != cert_before:
         report.certificate = f"{cert_before or 'none'} -> {cert_after or 'none'}"
     log.info("SIGHUP: reloaded from disk (runtime version %s): %s", report.version, report.summary())
@@ -120,7 +124,7 @@ def _keyed(rows: tuple[dict[str, Any], ...]) -> dict[str, str]:
     return keyed
 
 
-def _certificate_identity(data_dir: Path, runtime: Runtime) -> str:
+def certificate_identity(data_dir: Path, runtime: Runtime) -> str:
     """Subject, serial and not-after of the certificate the runtime names ("" without TLS)."""
     if not runtime.var("mcp-use_ssl"):
         return ""

@@ -15,7 +15,8 @@ from cryptography.x509.oid import NameOID
 def make_certificate(directory: Path, *, days: float) -> tuple[Path, Path, datetime.datetime]:
     """A self-signed certificate for localhost and 127.0.0.1 that expires in `days`."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mcp-gateway test")])
+    # A subject of its own: a client trusting two test certificates matches issuers by name.
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-gateway test {x509.random_serial_number():x}"[:64])])
     now = datetime.datetime.now(datetime.UTC)
     not_after = (now + datetime.timedelta(days=days)).replace(microsecond=0)
     cert = (

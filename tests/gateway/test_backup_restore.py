@@ -50,8 +50,11 @@ def make_data_dir(tmp: Path) -> Path:
 
 def documents(data_dir: Path) -> int:
     conn = apsw.Connection(str(data_dir / "rag.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(5000)
     try:
         return conn.execute("SELECT count(*) FROM rag_documents").fetchall()[0][0]
+    except apsw.SQLError:  # the sync has not created its tables yet
+        return 0
     finally:
         conn.close()
 

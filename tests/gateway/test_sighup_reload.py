@@ -42,7 +42,8 @@ def test_sighup_serves_the_new_certificate_and_the_disk_variable_with_no_failed_
     bundle.write_text(cert.read_text() + new_cert.read_text())
     variables = {"mcp-ssl_cert": str(cert), "mcp-ssl_key": str(key), "rag-embedding_provider": "hash"}
     with start_gateway(workers=2, variables=variables, ca_path=bundle) as gw:
-        assert served_certificate(gw) == der(cert)
+        old_der = der(cert)
+        assert served_certificate(gw) == old_der
         calls, failures = [0], []
         stop = threading.Event()
 
@@ -71,7 +72,7 @@ def test_sighup_serves_the_new_certificate_and_the_disk_variable_with_no_failed_
             disk.execute("INSERT OR REPLACE INTO global_variables VALUES ('mcp-timeout_ms', '12345')")
             disk.close()
             time.sleep(0.5)
-            assert served_certificate(gw) == der(tmp_path / "old" / "cert.pem")  # nothing changes before the signal
+            assert served_certificate(gw) == old_der  # nothing changes before the signal
             os.kill(gw.process.pid, signal.SIGHUP)
             deadline = time.monotonic() + 10
             while served_certificate(gw) != der(new_cert) and time.monotonic() < deadline:
