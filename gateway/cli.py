@@ -203,11 +203,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
-    from gateway.healthcheck import probe
+    from gateway.healthcheck import main as healthcheck
 
-    healthy, seen = probe(Path(args.data_dir).resolve(), ready=args.ready)
-    print(seen, file=sys.stdout if healthy else sys.stderr)
-    return 0 if healthy else 1
+    return healthcheck(["--data-dir", str(Path(args.data_dir).resolve()), *(["--ready"] if args.ready else [])])
 
 
 def cmd_admin(args: argparse.Namespace) -> int:

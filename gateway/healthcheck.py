@@ -34,3 +34,22 @@ def probe(data_dir: Path, *, ready: bool = False, timeout_s: float = 4.0) -> tup
         return False, f"{url}: {exc.code} {exc.read(500).decode('utf-8', 'replace')}"
     except (OSError, urllib.error.URLError) as exc:
         return False, f"{url}: {exc}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gateway.healthcheck`: the same as `mcp-gateway healthcheck`, without importing
+    the handlers (about 0.1 s instead of several: a container runs it every 15 s)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m gateway.healthcheck", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default="mcp-gateway-data")
+    parser.add_argument("--ready", action="store_true", help="ask /readyz: fails while a handler is down")
+    args = parser.parse_args(argv)
+    healthy, seen = probe(Path(args.data_dir), ready=args.ready)
+    print(seen, file=sys.stdout if healthy else sys.stderr)
+    return 0 if healthy else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -69,3 +69,14 @@ def test_shipped_bootstrap_files_load_to_runtime(name: str, tmp_path: Path, monk
         ids = {row.get("target_id") or row.get("name") for row in expected.get(table, [])}
         loaded = {row.get("target_id") or row.get("name") for row in runtime.table(f"runtime_{table}")}
         assert ids <= loaded, (table, ids, loaded)
+
+
+def test_the_image_gets_every_package_pyproject_installs():
+    """deploy/Dockerfile copies each package (and .dockerignore lets it through): a package added
+    to pyproject.toml but not to the image fails the build only where an engine runs."""
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    for package in (pattern.rstrip("*") for pattern in packages):
+        assert f"COPY {package} ./{package}" in dockerfile, package
+        assert f"!{package}/" in ignore, package
