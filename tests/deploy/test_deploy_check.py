@@ -80,3 +80,23 @@ def test_the_image_gets_every_package_pyproject_installs():
     for package in (pattern.rstrip("*") for pattern in packages):
         assert f"COPY {package} ./{package}" in dockerfile, package
         assert f"!{package}/" in ignore, package
+
+
+def test_example_secrets_are_valid_values_of_their_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The compose .env example and the Kubernetes Secret example start a gateway as they are
+    (a token shorter than 16 characters would stop it)."""
+    env_file = dict(
+        line.split("=", 1)
+        for line in (DEPLOY / "compose" / "example.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    gateway_env = compose["services"]["gateway"]["environment"]
+    secret = yaml.safe_load((DEPLOY / "kubernetes" / "secret.example.yaml").read_text())["stringData"]
+    for name, value in gateway_env.items():  # ${VAR:?message} -> the example's value
+        reference = re.fullmatch(r"\$\{(\w+)(:\?[^}]*)?\}", value)
+        monkeypatch.setenv(name, env_file[reference.group(1)] if reference else value)
+    prepare(tmp_path / "compose", config_file=DEPLOY / "compose" / "gateway.toml", environ=os.environ)
+    for name, value in secret.items():
+        monkeypatch.setenv(name, value)
+    prepare(tmp_path / "kubernetes", environ=os.environ)
