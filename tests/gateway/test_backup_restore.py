@@ -19,7 +19,7 @@ from gateway.errors import InvalidArgument
 from gateway.startup import prepare
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = 30_000
+ROWS = 20_000
 DOC_MAP = {"doc_id": {"format": "notes:{id}"}, "title": {"concat": [{"col": "title"}]}, "body": {"concat": [{"col": "body"}]}}
 
 
