@@ -1,0 +1,131 @@
+"""What the gateway saw, kept for anomaly detection and recommendations: no row data, no secrets.
+
+Three kinds of evidence, recorded in memory on the request path (a dict increment or a deque
+append, no I/O) and flushed to config.db about once a second with the tool counters, so every
+worker's traffic is in one place:
+- `evidence_traffic`: calls and errors per endpoint and tool per 10-second bucket;
+- `evidence_events`: rare events one by one — failed authentications (client address, endpoint)
+  and refused statements (token fingerprint, tool, the digest and its normalised text, literals
+  already replaced by `?`);
+- `evidence_digests`: calls, total and max time per query digest per bucket.
+Rows older than the retention are pruned at flush; events are also capped in number.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from gateway import sqlite
+from gateway.store import ConfigStore
+
+BUCKET_S = 10
+MAX_EVENT_TEXT = 2_000  # characters of a refused statement's normalised text kept
+MAX_EVENTS = 100_000
+
+
+class EvidenceRecorder:
+    def __init__(self, store: ConfigStore, *, retention_s: int = 86_400) -> None:
+        self.store = store
+        self.retention_s = retention_s
+        self._calls: dict[tuple[int, str, str], list[int]] = {}
+        self._digests: dict[tuple[int, str], list[int]] = {}
+        self._events: deque[tuple[Any, ...]] = deque(maxlen=MAX_EVENTS)
+        self._lock = threading.Lock()  # calls come from the loop, digests and events from tool threads
+        self._ready = False
+
+    # -- the request path: in memory only ---------------------------------------------------
+    def call(self, endpoint: str, tool: str, *, ok: bool) -> None:
+        key = (int(time.time()) // BUCKET_S * BUCKET_S, endpoint, tool)
+        with self._lock:
+            row = self._calls.get(key)
+            if row is None:
+                self._calls[key] = [1, 0 if ok else 1]
+            else:
+                row[0] += 1
+                row[1] += 0 if ok else 1
+
+    def digest(self, digest: str, elapsed_us: int) -> None:
+        key = (int(time.time()) // BUCKET_S * BUCKET_S, digest)
+        with self._lock:
+            row = self._digests.get(key)
+            if row is None:
+                self._digests[key] = [1, elapsed_us, elapsed_us]
+            else:
+                row[0] += 1
+                row[1] += elapsed_us
+                row[2] = max(row[2], elapsed_us)
+
+    def event(
+        self,
+        kind: str,
+        *,
+        endpoint: str = "",
+        tool: str = "",
+        client: str = "",
+        token_fp: str = "",
+        digest: str = "",
+        text: str = "",
+    ) -> None:
+        self._events.append((time.time(), kind, endpoint, tool, client, token_fp, digest, text[:MAX_EVENT_TEXT]))
+
+    # -- persistence -------------------------------------------------------------------------
+    def _ensure_schema(self, conn: Any) -> None:
+        if not self._ready:
+            for statement in sqlite.iter_statements(sqlite.schema_section("evidence")):
+                conn.execute(statement)
+            self._ready = True
+
+    def flush(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, {}
+            digests, self._digests = self._digests, {}
+        events = []
+        while True:
+            try:
+                events.append(self._events.popleft())
+            except IndexError:
+                break
+        conn = self.store.conn()
+        self._ensure_schema(conn)
+        if not (calls or digests or events):
+            return
+        cutoff = time.time() - self.retention_s
+        with sqlite.transaction(conn):
+            for (bucket, endpoint, tool), (n, errors) in calls.items():
+                conn.execute(
+                    "INSERT INTO evidence_traffic(bucket, endpoint, tool, calls, errors) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT(bucket, endpoint, tool) DO UPDATE SET calls = calls + excluded.calls, errors = errors + excluded.errors",
+                    (bucket, endpoint, tool, n, errors),
+                )
+            for (bucket, digest), (n, sum_us, max_us) in digests.items():
+                conn.execute(
+                    "INSERT INTO evidence_digests(bucket, digest, calls, sum_us, max_us) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT(bucket, digest) DO UPDATE SET calls = calls + excluded.calls, sum_us = sum_us + excluded.sum_us, "
+                    "max_us = MAX(max_us, excluded.max_us)",
+                    (bucket, digest, n, sum_us, max_us),
+                )
+            conn.executemany(
+                "INSERT INTO evidence_events(ts, kind, endpoint, tool, client, token_fp, digest, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                events,
+            )
+            conn.execute("DELETE FROM evidence_traffic WHERE bucket < ?", (cutoff,))
+            conn.execute("DELETE FROM evidence_digests WHERE bucket < ?", (cutoff,))
+            conn.execute("DELETE FROM evidence_events WHERE ts < ?", (cutoff,))
+            conn.execute(
+                "DELETE FROM evidence_events WHERE id <= (SELECT MAX(id) FROM evidence_events) - ?",
+                (MAX_EVENTS,),
+            )
+
+    def read(self, *, since: float) -> dict[str, list[dict[str, Any]]]:
+        """Everything recorded since `since` (unix seconds), this worker's pending part included."""
+        self.flush()
+        conn = self.store.conn()
+        return {
+            "traffic": sqlite.rows(conn, "SELECT * FROM evidence_traffic WHERE bucket >= ? ORDER BY bucket", (since,)),
+            "digests": sqlite.rows(conn, "SELECT * FROM evidence_digests WHERE bucket >= ? ORDER BY bucket", (since,)),
+            "events": sqlite.rows(conn, "SELECT * FROM evidence_events WHERE ts >= ? ORDER BY id", (since,)),
+            "first": sqlite.rows(conn, "SELECT MIN(bucket) AS first FROM evidence_traffic"),
+        }

@@ -1,0 +1,55 @@
+"""The evidence recorder on a real config store: buckets add up across flushes, retention prunes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gateway import sqlite
+from gateway.evidence import BUCKET_S, EvidenceRecorder
+from gateway.startup import open_store
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(tmp_path / "data")
+    s.initialize()
+    return s
+
+
+def test_calls_digests_and_events_are_flushed_and_merged(store) -> None:
+    rec = EvidenceRecorder(store)
+    for i in range(5):
+        rec.call("query", "run_sql_readonly", ok=i != 0)
+    rec.digest("0xAA", 1000)
+    rec.event(
+        "sql_refused", endpoint="query", tool="run_sql_readonly", token_fp="fp", digest="0xBB", text="SELECT ? UNION SELECT ?"
+    )
+    rec.flush()
+    other_worker = EvidenceRecorder(store)
+    other_worker.call("query", "run_sql_readonly", ok=True)
+    other_worker.digest("0xAA", 3000)
+    seen = other_worker.read(since=time.time() - 60)
+    assert sum(r["calls"] for r in seen["traffic"]) == 6 and sum(r["errors"] for r in seen["traffic"]) == 1
+    assert all(r["bucket"] % BUCKET_S == 0 for r in seen["traffic"])
+    assert [(r["calls"], r["sum_us"], r["max_us"]) for r in seen["digests"]] in (
+        [(2, 4000, 3000)],
+        [(1, 1000, 1000), (1, 3000, 3000)],
+    )
+    assert [(e["kind"], e["token_fp"], e["digest"]) for e in seen["events"]] == [("sql_refused", "fp", "0xBB")]
+
+
+def test_retention_prunes_old_rows(store) -> None:
+    rec = EvidenceRecorder(store, retention_s=3600)
+    rec.call("rag", "rag.search_fts", ok=True)
+    rec.flush()
+    conn = store.conn()
+    conn.execute(
+        "INSERT INTO evidence_traffic(bucket, endpoint, tool, calls, errors) VALUES (?, 'rag', 'old', 1, 0)",
+        (int(time.time()) - 7200,),
+    )
+    rec.call("rag", "rag.search_fts", ok=True)
+    rec.flush()
+    assert sqlite.scalar(conn, "SELECT COUNT(*) FROM evidence_traffic WHERE tool = 'old'") == 0
+    assert sqlite.scalar(conn, "SELECT SUM(calls) FROM evidence_traffic") == 2
