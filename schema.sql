@@ -381,9 +381,10 @@ CREATE TABLE IF NOT EXISTS evidence_traffic (
     bucket   INTEGER NOT NULL,          -- unix seconds, a multiple of 10
     endpoint TEXT NOT NULL,
     tool     TEXT NOT NULL,
+    outcome  TEXT NOT NULL,             -- ok, or the error code (INVALID_ARGUMENT, UNAVAILABLE, ...)
     calls    INTEGER NOT NULL DEFAULT 0,
-    errors   INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (bucket, endpoint, tool)
+    truncated INTEGER NOT NULL DEFAULT 0, -- answers a cap cut
+    PRIMARY KEY (bucket, endpoint, tool, outcome)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS evidence_digests (
     bucket INTEGER NOT NULL,
@@ -391,6 +392,7 @@ CREATE TABLE IF NOT EXISTS evidence_digests (
     calls  INTEGER NOT NULL DEFAULT 0,
     sum_us INTEGER NOT NULL DEFAULT 0,
     max_us INTEGER NOT NULL DEFAULT 0,
+    result_changes INTEGER NOT NULL DEFAULT 0, -- calls whose result differed from the previous one's
     PRIMARY KEY (bucket, digest)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS evidence_events (

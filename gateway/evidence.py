@@ -3,11 +3,13 @@
 Three kinds of evidence, recorded in memory on the request path (a dict increment or a deque
 append, no I/O) and flushed to config.db about once a second with the tool counters, so every
 worker's traffic is in one place:
-- `evidence_traffic`: calls and errors per endpoint and tool per 10-second bucket;
+- `evidence_traffic`: calls per endpoint, tool and outcome (`ok` or the error code) per 10-second
+  bucket, and how many answers were cut by a cap (`truncated`);
 - `evidence_events`: rare events one by one — failed authentications (client address, endpoint)
   and refused statements (token fingerprint, tool, the digest and its normalised text, literals
   already replaced by `?`);
-- `evidence_digests`: calls, total and max time per query digest per bucket.
+- `evidence_digests`: calls, total and max time per query digest per bucket, and how often its
+  result changed (a hash of the rows against the previous call's): stable results are cache candidates.
 Rows older than the retention are pruned at flush; events are also capped in number.
 """
 
@@ -24,39 +26,50 @@ from gateway.store import ConfigStore
 BUCKET_S = 10
 MAX_EVENT_TEXT = 2_000  # characters of a refused statement's normalised text kept
 MAX_EVENTS = 100_000
+MAX_TRACKED_DIGESTS = 10_000
 
 
 class EvidenceRecorder:
     def __init__(self, store: ConfigStore, *, retention_s: int = 86_400) -> None:
         self.store = store
         self.retention_s = retention_s
-        self._calls: dict[tuple[int, str, str], list[int]] = {}
+        self._calls: dict[tuple[int, str, str, str], list[int]] = {}
         self._digests: dict[tuple[int, str], list[int]] = {}
+        self._last_result: dict[str, int] = {}  # digest -> hash of its last result (bounded below)
         self._events: deque[tuple[Any, ...]] = deque(maxlen=MAX_EVENTS)
         self._lock = threading.Lock()  # calls come from the loop, digests and events from tool threads
         self._ready = False
 
     # -- the request path: in memory only ---------------------------------------------------
-    def call(self, endpoint: str, tool: str, *, ok: bool) -> None:
-        key = (int(time.time()) // BUCKET_S * BUCKET_S, endpoint, tool)
+    def call(self, endpoint: str, tool: str, *, outcome: str = "ok", truncated: bool = False) -> None:
+        """`outcome`: "ok", or the stable error code of a failed call."""
+        key = (int(time.time()) // BUCKET_S * BUCKET_S, endpoint, tool, outcome)
         with self._lock:
             row = self._calls.get(key)
             if row is None:
-                self._calls[key] = [1, 0 if ok else 1]
+                self._calls[key] = [1, int(truncated)]
             else:
                 row[0] += 1
-                row[1] += 0 if ok else 1
+                row[1] += truncated
 
-    def digest(self, digest: str, elapsed_us: int) -> None:
+    def digest(self, digest: str, elapsed_us: int, *, result_hash: int | None = None) -> None:
         key = (int(time.time()) // BUCKET_S * BUCKET_S, digest)
         with self._lock:
+            changed = 0
+            if result_hash is not None:
+                previous = self._last_result.get(digest)
+                changed = int(previous is not None and previous != result_hash)
+                if previous is None and len(self._last_result) >= MAX_TRACKED_DIGESTS:
+                    self._last_result.clear()  # crude, but bounded; stability is re-learned
+                self._last_result[digest] = result_hash
             row = self._digests.get(key)
             if row is None:
-                self._digests[key] = [1, elapsed_us, elapsed_us]
+                self._digests[key] = [1, elapsed_us, elapsed_us, changed]
             else:
                 row[0] += 1
                 row[1] += elapsed_us
                 row[2] = max(row[2], elapsed_us)
+                row[3] += changed
 
     def event(
         self,
@@ -94,18 +107,19 @@ class EvidenceRecorder:
             return
         cutoff = time.time() - self.retention_s
         with sqlite.transaction(conn):
-            for (bucket, endpoint, tool), (n, errors) in calls.items():
+            for (bucket, endpoint, tool, outcome), (n, truncated) in calls.items():
                 conn.execute(
-                    "INSERT INTO evidence_traffic(bucket, endpoint, tool, calls, errors) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT(bucket, endpoint, tool) DO UPDATE SET calls = calls + excluded.calls, errors = errors + excluded.errors",
-                    (bucket, endpoint, tool, n, errors),
+                    "INSERT INTO evidence_traffic(bucket, endpoint, tool, outcome, calls, truncated) VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(bucket, endpoint, tool, outcome) DO UPDATE SET calls = calls + excluded.calls, "
+                    "truncated = truncated + excluded.truncated",
+                    (bucket, endpoint, tool, outcome, n, truncated),
                 )
-            for (bucket, digest), (n, sum_us, max_us) in digests.items():
+            for (bucket, digest), (n, sum_us, max_us, changes) in digests.items():
                 conn.execute(
-                    "INSERT INTO evidence_digests(bucket, digest, calls, sum_us, max_us) VALUES (?, ?, ?, ?, ?) "
+                    "INSERT INTO evidence_digests(bucket, digest, calls, sum_us, max_us, result_changes) VALUES (?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(bucket, digest) DO UPDATE SET calls = calls + excluded.calls, sum_us = sum_us + excluded.sum_us, "
-                    "max_us = MAX(max_us, excluded.max_us)",
-                    (bucket, digest, n, sum_us, max_us),
+                    "max_us = MAX(max_us, excluded.max_us), result_changes = result_changes + excluded.result_changes",
+                    (bucket, digest, n, sum_us, max_us, changes),
                 )
             conn.executemany(
                 "INSERT INTO evidence_events(ts, kind, endpoint, tool, client, token_fp, digest, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
