@@ -407,6 +407,13 @@ CREATE TABLE IF NOT EXISTS evidence_events (
     text     TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS evidence_events_ts ON evidence_events(ts);
+CREATE TABLE IF NOT EXISTS evidence_digest_samples (  -- internal: never returned to a caller
+    digest      TEXT PRIMARY KEY,
+    target_id   TEXT NOT NULL,
+    schema_name TEXT NOT NULL DEFAULT '',
+    sql_text    TEXT NOT NULL,
+    updated_at  REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ai_anomalies (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     detected_at REAL NOT NULL,

@@ -10,7 +10,9 @@ worker's traffic is in one place:
   already replaced by `?`);
 - `evidence_digests`: calls, total and max time per query digest per bucket, and how often its
   result changed (a hash of the rows against the previous call's): stable results are cache candidates.
-Rows older than the retention are pruned at flush; events are also capped in number.
+- `evidence_digest_samples`: the last statement run for each digest (target, schema, the checked
+  text), kept only so recommendation.get can EXPLAIN a slow digest; never returned to a caller.
+Rows older than the retention are pruned at flush; events and samples are also capped in number.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ BUCKET_S = 10
 MAX_EVENT_TEXT = 2_000  # characters of a refused statement's normalised text kept
 MAX_EVENTS = 100_000
 MAX_TRACKED_DIGESTS = 10_000
+MAX_SAMPLE_SQL = 16_384
+MAX_SAMPLES = 10_000
 
 
 class EvidenceRecorder:
@@ -35,6 +39,7 @@ class EvidenceRecorder:
         self.retention_s = retention_s
         self._calls: dict[tuple[int, str, str, str], list[int]] = {}
         self._digests: dict[tuple[int, str], list[int]] = {}
+        self._samples: dict[str, tuple[str, str, str, float]] = {}  # digest -> (target_id, schema, sql, ts)
         self._last_result: dict[str, int] = {}  # digest -> hash of its last result (bounded below)
         self._events: deque[tuple[Any, ...]] = deque(maxlen=MAX_EVENTS)
         self._lock = threading.Lock()  # calls come from the loop, digests and events from tool threads
@@ -52,9 +57,19 @@ class EvidenceRecorder:
                 row[0] += 1
                 row[1] += truncated
 
-    def digest(self, digest: str, elapsed_us: int, *, result_hash: int | None = None) -> None:
-        key = (int(time.time()) // BUCKET_S * BUCKET_S, digest)
+    def digest(
+        self,
+        digest: str,
+        elapsed_us: int,
+        *,
+        result_hash: int | None = None,
+        sample: tuple[str, str, str] | None = None,  # (target_id, schema, checked sql)
+    ) -> None:
+        now = time.time()
+        key = (int(now) // BUCKET_S * BUCKET_S, digest)
         with self._lock:
+            if sample is not None and len(sample[2]) <= MAX_SAMPLE_SQL:
+                self._samples[digest] = (*sample, now)
             changed = 0
             if result_hash is not None:
                 previous = self._last_result.get(digest)
@@ -95,6 +110,7 @@ class EvidenceRecorder:
         with self._lock:
             calls, self._calls = self._calls, {}
             digests, self._digests = self._digests, {}
+            samples, self._samples = self._samples, {}
         events = []
         while True:
             try:
@@ -103,7 +119,7 @@ class EvidenceRecorder:
                 break
         conn = self.store.conn()
         self._ensure_schema(conn)
-        if not (calls or digests or events):
+        if not (calls or digests or events or samples):
             return
         cutoff = time.time() - self.retention_s
         with sqlite.transaction(conn):
@@ -122,6 +138,12 @@ class EvidenceRecorder:
                     (bucket, digest, n, sum_us, max_us, changes),
                 )
             conn.executemany(
+                "INSERT INTO evidence_digest_samples(digest, target_id, schema_name, sql_text, updated_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(digest) DO UPDATE SET target_id = excluded.target_id, schema_name = excluded.schema_name, "
+                "sql_text = excluded.sql_text, updated_at = excluded.updated_at",
+                [(digest, *sample) for digest, sample in samples.items()],
+            )
+            conn.executemany(
                 "INSERT INTO evidence_events(ts, kind, endpoint, tool, client, token_fp, digest, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 events,
             )
@@ -132,6 +154,18 @@ class EvidenceRecorder:
                 "DELETE FROM evidence_events WHERE id <= (SELECT MAX(id) FROM evidence_events) - ?",
                 (MAX_EVENTS,),
             )
+            conn.execute("DELETE FROM evidence_digest_samples WHERE updated_at < ?", (cutoff,))
+            conn.execute(
+                "DELETE FROM evidence_digest_samples WHERE digest IN "
+                "(SELECT digest FROM evidence_digest_samples ORDER BY updated_at DESC LIMIT -1 OFFSET ?)",
+                (MAX_SAMPLES,),
+            )
+
+    def sample(self, digest: str) -> dict[str, Any] | None:
+        """The last statement recorded for `digest` (any worker's), for an EXPLAIN."""
+        self.flush()
+        found = sqlite.rows(self.store.conn(), "SELECT * FROM evidence_digest_samples WHERE digest = ?", (digest,))
+        return found[0] if found else None
 
     def read(self, *, since: float) -> dict[str, list[dict[str, Any]]]:
         """Everything recorded since `since` (unix seconds), this worker's pending part included."""

@@ -22,7 +22,7 @@ def test_calls_digests_and_events_are_flushed_and_merged(store) -> None:
     rec = EvidenceRecorder(store)
     for i in range(5):
         rec.call("query", "run_sql_readonly", outcome="ok" if i else "INVALID_ARGUMENT", truncated=i == 1)
-    rec.digest("0xAA", 1000, result_hash=1)
+    rec.digest("0xAA", 1000, result_hash=1, sample=("t1", "shop", "SELECT * FROM orders WHERE id = 7"))
     rec.event(
         "sql_refused", endpoint="query", tool="run_sql_readonly", token_fp="fp", digest="0xBB", text="SELECT ? UNION SELECT ?"
     )
@@ -53,3 +53,12 @@ def test_retention_prunes_old_rows(store) -> None:
     rec.flush()
     assert sqlite.scalar(conn, "SELECT COUNT(*) FROM evidence_traffic WHERE tool = 'old'") == 0
     assert sqlite.scalar(conn, "SELECT SUM(calls) FROM evidence_traffic") == 2
+
+
+def test_digest_sample_is_the_latest_statement(store) -> None:
+    rec = EvidenceRecorder(store)
+    rec.digest("0xCC", 10, sample=("t1", "shop", "SELECT 1 FROM t WHERE a = 1"))
+    rec.flush()
+    rec.digest("0xCC", 10, sample=("t1", "shop", "SELECT 1 FROM t WHERE a = 2"))
+    assert rec.sample("0xCC")["sql_text"] == "SELECT 1 FROM t WHERE a = 2"
+    assert rec.sample("0xDD") is None
