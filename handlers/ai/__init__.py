@@ -1,14 +1,6 @@
-"""/mcp/ai: the endpoint exists with its own token; it has no tools yet.
+"""The /mcp/ai endpoint: LLM tools over a chat model (llm_tools.py, chat/), anomaly detection and
+recommendations from the gateway's own evidence (insight_tools.py, anomaly/, recommend/)."""
 
-Seed 002 sketches llm.* / anomaly.* tools that ProxySQL never shipped. We ship none rather than
-stubs: tools/list answers an empty list until real ones land.
-"""
+from handlers.ai.handler import AiHandler
 
-from __future__ import annotations
-
-from gateway.tools import ToolHandler
-
-
-class AiHandler(ToolHandler):
-    endpoint = "ai"
-    title = "AI features (no tools yet)"
+__all__ = ["AiHandler"]
