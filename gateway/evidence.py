@@ -37,25 +37,20 @@ class EvidenceRecorder:
     def __init__(self, store: ConfigStore, *, retention_s: int = 86_400) -> None:
         self.store = store
         self.retention_s = retention_s
-        self._calls: dict[tuple[int, str, str, str], list[int]] = {}
+        # One event per call, appended on the event loop (atomic, no lock: ~0.3 us against ~2 us
+        # for a locked dict update) and folded into buckets by flush().
+        self._calls: deque[tuple[float, str, str, str, bool]] = deque(maxlen=1_000_000)
         self._digests: dict[tuple[int, str], list[int]] = {}
         self._samples: dict[str, tuple[str, str, str, float]] = {}  # digest -> (target_id, schema, sql, ts)
         self._last_result: dict[str, int] = {}  # digest -> hash of its last result (bounded below)
         self._events: deque[tuple[Any, ...]] = deque(maxlen=MAX_EVENTS)
-        self._lock = threading.Lock()  # calls come from the loop, digests and events from tool threads
+        self._lock = threading.Lock()  # digests come from tool threads
         self._ready = False
 
     # -- the request path: in memory only ---------------------------------------------------
     def call(self, endpoint: str, tool: str, *, outcome: str = "ok", truncated: bool = False) -> None:
         """`outcome`: "ok", or the stable error code of a failed call."""
-        key = (int(time.time()) // BUCKET_S * BUCKET_S, endpoint, tool, outcome)
-        with self._lock:
-            row = self._calls.get(key)
-            if row is None:
-                self._calls[key] = [1, int(truncated)]
-            else:
-                row[0] += 1
-                row[1] += truncated
+        self._calls.append((time.time(), endpoint, tool, outcome, truncated))
 
     def digest(
         self,
@@ -107,8 +102,17 @@ class EvidenceRecorder:
             self._ready = True
 
     def flush(self) -> None:
+        calls: dict[tuple[int, str, str, str], list[int]] = {}
+        pending = self._calls
+        while True:  # popleft, not a swap: appends from the event loop during the fold are kept
+            try:
+                now, endpoint, tool, outcome, truncated = pending.popleft()
+            except IndexError:
+                break
+            row = calls.setdefault((int(now) // BUCKET_S * BUCKET_S, endpoint, tool, outcome), [0, 0])
+            row[0] += 1
+            row[1] += truncated
         with self._lock:
-            calls, self._calls = self._calls, {}
             digests, self._digests = self._digests, {}
             samples, self._samples = self._samples, {}
         events = []
