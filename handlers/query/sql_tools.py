@@ -231,4 +231,3 @@ class SqlTools(ToolHandler):
                 timeout_ms=None,
             )
         )
-
