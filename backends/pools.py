@@ -65,6 +65,7 @@ class Health:
         self.suspect_before = 0.0  # monotonic: connections returned before this get pinged
         self.errors = 0
         self.reconnects = 0
+        self.timeouts = 0  # calls that gave up waiting for a connection (mcp_gateway_pool_timeouts_total)
         self.lock = threading.Lock()
 
     def needs_ping(self, returned_at: float) -> bool:
@@ -78,6 +79,11 @@ class Health:
     def error(self) -> None:
         with self.lock:
             self.errors += 1
+
+    def timed_out(self) -> None:
+        with self.lock:
+            self.errors += 1
+            self.timeouts += 1
 
 
 class BoundedPool:
@@ -181,6 +187,7 @@ class _TargetPool:
         self.target = target
         self.health = Health(idle_check_s)
         self.timeout_s = timeout_s
+        self.max_size = max_size
         self.pg: psycopg_pool.ConnectionPool | None = None
         self.bounded: BoundedPool | None = None
         if target.protocol == "pgsql":
@@ -276,8 +283,10 @@ class _TargetPool:
             "target_id": self.target.target_id,
             "protocol": self.target.protocol,
             **sizes,
+            "max_size": self.max_size,
             "errors": self.health.errors + extra_errors,
             "reconnects": self.health.reconnects,
+            "timeouts": self.health.timeouts,
         }
 
     def close(self) -> None:
@@ -391,7 +400,7 @@ class TargetPools:
         except PoolClosed:
             raise
         except PoolTimeout:
-            pool.health.error()
+            pool.health.timed_out()
             raise Unavailable(f"target {target.target_id} is unreachable (no connection within the pool timeout)") from None
         except Exception as exc:  # a driver's connect error: its text may name the host or user
             pool.health.error()
@@ -403,7 +412,17 @@ class TargetPools:
         """One entry per effective target (zeros until its first use); no host or credentials."""
         with self._lock:
             entries = [(self._targets[tid], self._pools.get(tid)) for tid in sorted(self._targets)]
-        idle = {"size": 0, "in_use": 0, "idle": 0, "waiting": 0, "errors": 0, "reconnects": 0}
+            max_size = self._settings[0]
+        idle = {
+            "size": 0,
+            "in_use": 0,
+            "idle": 0,
+            "waiting": 0,
+            "max_size": max_size,
+            "errors": 0,
+            "reconnects": 0,
+            "timeouts": 0,
+        }
         return [pool.stats() if pool else {"target_id": t.target_id, "protocol": t.protocol, **idle} for t, pool in entries]
 
     def close(self) -> None:

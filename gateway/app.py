@@ -58,6 +58,9 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         evidence=EvidenceRecorder(store, retention_s=runtime.var("mcp-evidence_retention_s")),
     )
     share_backends(services)
+    for cls in handler_classes():
+        for collector in cls.scrape_collectors(data_dir, lambda: services.runtime):
+            metrics.add_collector(collector)
     handlers = [cls(services) for cls in handler_classes()]
     services.handlers = {h.endpoint: h for h in handlers}
     endpoints: dict[str, Endpoint] = {h.endpoint: Endpoint(h.endpoint, h) for h in handlers}
@@ -76,6 +79,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
                 endpoints[handler.endpoint] = Endpoint(handler.endpoint, handler, down_reason=handler.down_reason)
                 metrics.handler_up.labels(handler.endpoint).set(0)
         app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
+        await anyio.to_thread.run_sync(_export_certificate, services)
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
@@ -112,11 +116,17 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
             {"status": "ok" if not down else "degraded", "down": down, "runtime_version": services.runtime.version}
         )
 
+    async def readyz(request: Request) -> Response:
+        """For load balancers and Kubernetes readiness: 503 while any endpoint's handler is down."""
+        down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
+        return JSONResponse({"ready": not down, "down": down}, 503 if down else 200)
+
     async def not_found(request: Request) -> Response:
         return Response(not_found_body(request.url.path, list(endpoints)), 404, media_type="application/json")
 
     app.add_route("/metrics", metrics_route, methods=["GET"])
     app.add_route("/healthz", healthz, methods=["GET"])
+    app.add_route("/readyz", readyz, methods=["GET"])
     app.add_route("/{path:path}", not_found, methods=["GET", "POST", "OPTIONS", "PUT", "DELETE", "PATCH", "HEAD"])
 
     async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -158,11 +168,27 @@ async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> No
                     log.exception("/mcp/%s could not apply runtime %s", handler.endpoint, new.version)
             if tls.ACTIVE_CONTEXTS:
                 cert, key = tls.resolve_material(services.data_dir, new.var("mcp-ssl_cert"), new.var("mcp-ssl_key"))
-                await anyio.to_thread.run_sync(tls.reload_contexts, cert, key)
+                # On the loop, not in a thread: handshakes run on the loop, and load_cert_chain
+                # sets the certificate and then the key, so a handshake between the two (from a
+                # thread) failed. Two small PEM files: well under a millisecond.
+                tls.reload_contexts(cert, key)
+                await anyio.to_thread.run_sync(_export_certificate, services)
             services.metrics.runtime_version.set(new.version)
             log.info("runtime version %s applied", new.version)
         except Exception:
             log.exception("following the runtime failed; retrying")
+
+
+def _export_certificate(services: Services) -> None:
+    """mcp_gateway_tls_certificate_not_after_seconds of the certificate this worker serves."""
+    if not tls.ACTIVE_CONTEXTS:
+        return
+    runtime = services.runtime
+    try:
+        cert, _ = tls.resolve_material(services.data_dir, runtime.var("mcp-ssl_cert"), runtime.var("mcp-ssl_key"))
+        services.metrics.tls_not_after.set(tls.certificate_not_after(cert))
+    except (OSError, ValueError):
+        log.warning("cannot read the certificate's expiry for the metrics", exc_info=True)
 
 
 async def _flush_stats(services: Services) -> None:
@@ -177,6 +203,8 @@ async def _flush_stats(services: Services) -> None:
         try:
             await anyio.to_thread.run_sync(_flush_counters, services)
             services.metrics.sample_process()
+            if services.targets is not None:
+                services.metrics.sample_pools(services.targets.stats())
         except Exception:
             log.exception("flushing tool statistics failed; retrying")
 

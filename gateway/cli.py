@@ -2,6 +2,8 @@
 
 mcp-gateway serve [--config FILE] [--data-dir DIR] [--workers N] [--port P] [--host H]
 mcp-gateway admin "<statement>" [--data-dir DIR]
+mcp-gateway backup DEST [--data-dir DIR] | restore BACKUP [--data-dir DIR] [--force]
+mcp-gateway healthcheck [--data-dir DIR] [--ready]
 mcp-gateway variables | tools | docs
 and what each handler adds (ToolHandler.add_cli), e.g. mcp-gateway rag sync [--source NAME]
 """
@@ -13,9 +15,13 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
+
+from uvicorn.supervisors import Multiprocess
 
 DEFAULT_DATA_DIR = "mcp-gateway-data"
 log = logging.getLogger("mcp_gateway")
@@ -57,7 +63,6 @@ def _banner(prepared: Any, *, scheme: str, host: str, port: int, cert: Path | No
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     from gateway import tls
     from gateway.errors import ConfigError
@@ -81,6 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.warning("mcp-use_ssl=false: serving PLAIN HTTP. Bearer tokens cross the network in clear text.")
         log.warning("!" * 72)
 
+    environ = dict(os.environ)  # as prepare() saw it: a SIGHUP applies the same overrides again
     # Metrics of every worker go to files here; a fresh directory per run drops dead workers' samples.
     metrics_dir = data_dir / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -109,24 +115,97 @@ def cmd_serve(args: argparse.Namespace) -> int:
     state_file = data_dir / "gateway.json"
     state_file.write_text(json.dumps({"pid": os.getpid(), "port": bound_port, "host": host, "use_ssl": use_ssl}))
     print(_banner(prepared, scheme="https" if use_ssl else "http", host=host, port=bound_port, cert=cert), flush=True)
-    if runtime.var("mcp-metrics_port"):
-        from prometheus_client import start_http_server
-
-        from gateway.metrics import multiprocess_registry
-
-        start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=multiprocess_registry())
     from gateway.assembly import handler_classes
 
+    if runtime.var("mcp-metrics_port"):
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from gateway.metrics import SharedStateCollector
+
+        collectors = [c for cls in handler_classes() for c in cls.scrape_collectors(data_dir, prepared.store.read_runtime)]
+        registry = CollectorRegistry()
+        registry.register(SharedStateCollector(collectors))
+        start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=registry)
     for cls in handler_classes():  # jobs the parent runs beside the workers (the demo corpus on first start)
         cls.before_serve(args, data_dir=data_dir, store=prepared.store, first_start=prepared.fresh)
+
+    from gateway.reload import certificate_identity, reload_from_disk
+
+    served = {"certificate": certificate_identity(data_dir, runtime)}
+
+    def reload() -> None:  # SIGHUP: gateway/reload.py
+        try:
+            report = reload_from_disk(prepared.store, environ, certificate_before=served["certificate"])
+            served["certificate"] = report.certificate_now
+        except Exception:  # a reload must never take the gateway down
+            log.exception("SIGHUP: reloading from disk failed; the runtime is unchanged")
+
     try:
         if args.workers > 1:
-            Multiprocess(config, sockets=[sock]).run()
+            from gateway.metrics import worker_restarts_counter
+
+            _Supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
         else:
+            # One process serves: reload in a thread (the event loop keeps serving). Without a
+            # handler, SIGHUP's default action would end the process.
+            signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=reload, name="sighup").start())
             uvicorn.Server(config).run(sockets=[sock])
     finally:
         state_file.unlink(missing_ok=True)
     return 0
+
+
+class _Supervisor(Multiprocess):
+    """uvicorn's worker supervisor, with two changes: SIGHUP reloads from disk instead of
+    restarting every worker (a restart would drop the in-memory ANN index and cached pools),
+    and each worker it replaces is counted in mcp_gateway_worker_restarts_total."""
+
+    def __init__(self, config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) -> None:
+        super().__init__(config, sockets)
+        self.on_hup, self.restarts = on_hup, restarts
+
+    def handle_hup(self) -> None:
+        log.info("Received SIGHUP: reloading certificates and every module from disk")
+        self.on_hup()
+
+    def keep_subprocess_alive(self) -> None:
+        before = list(self.processes)
+        super().keep_subprocess_alive()
+        replaced = sum(1 for old, new in zip(before, self.processes) if old is not new)
+        if replaced:
+            self.restarts.inc(replaced)
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from gateway.backup import backup
+    from gateway.errors import GatewayError
+
+    try:
+        manifest = backup(Path(args.data_dir).resolve(), Path(args.destination))
+    except (GatewayError, OSError) as exc:
+        print(f"mcp-gateway backup: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    print(json.dumps(manifest, indent=2))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from gateway.backup import restore
+    from gateway.errors import GatewayError
+
+    try:
+        result = restore(Path(args.backup), Path(args.data_dir).resolve(), force=args.force)
+    except (GatewayError, OSError) as exc:
+        print(f"mcp-gateway restore: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    from gateway.healthcheck import main as healthcheck
+
+    return healthcheck(["--data-dir", str(Path(args.data_dir).resolve()), *(["--ready"] if args.ready else [])])
 
 
 def cmd_admin(args: argparse.Namespace) -> int:
@@ -204,15 +283,37 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the HTTPS server")
-    serve.add_argument("--config", help="bootstrap TOML file: seeds the disk layer on first start")
+    serve.add_argument(
+        "--config",
+        default=os.environ.get("MCP_GATEWAY_CONFIG") or None,
+        help="bootstrap TOML file: seeds the disk layer on first start (default: $MCP_GATEWAY_CONFIG)",
+    )
     serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     serve.add_argument("--reload-config", action="store_true", help="re-seed the disk layer from --config")
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--workers", type=int, default=int(os.environ.get("MCP_GATEWAY_WORKERS") or 1), help="default: $MCP_GATEWAY_WORKERS or 1"
+    )
     serve.add_argument("--port", type=int, help="override mcp-port (0 picks a free port)")
     serve.add_argument("--host", help="override mcp-bind_address")
     for cls in handler_classes():
         cls.add_serve_options(serve)
     serve.set_defaults(func=cmd_serve)
+
+    backup = sub.add_parser("backup", help="copy the data directory's databases and TLS files, online (SQLite backup API)")
+    backup.add_argument("destination", help="a new or empty directory")
+    backup.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    backup.set_defaults(func=cmd_backup)
+
+    restore = sub.add_parser("restore", help="put a backup into a data directory no gateway is serving")
+    restore.add_argument("backup", help="a directory made by mcp-gateway backup")
+    restore.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    restore.add_argument("--force", action="store_true", help="replace the databases and TLS files of a non-empty data directory")
+    restore.set_defaults(func=cmd_restore)
+
+    health = sub.add_parser("healthcheck", help="exit 0 when the gateway serving the data directory answers /healthz")
+    health.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    health.add_argument("--ready", action="store_true", help="ask /readyz: fails while a handler is down")
+    health.set_defaults(func=cmd_healthcheck)
 
     admin = sub.add_parser("admin", help="run an admin statement (running gateway, else the data directory)")
     admin.add_argument("statement")

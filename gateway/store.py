@@ -197,6 +197,14 @@ class ConfigStore:
         return {r["variable_name"]: r["variable_value"] for r in sqlite.rows(self.conn(), "SELECT * FROM disk.global_variables")}
 
     # -- the runtime snapshot --------------------------------------------------------------
+    def touch_runtime(self) -> int:
+        """Bump the runtime version without changing it: every worker re-reads what it derives
+        from the runtime, the certificate files included (SIGHUP). Returns the new version."""
+        conn = self.conn()
+        with sqlite.transaction(conn):
+            conn.execute("UPDATE runtime_state SET version = version + 1, loaded_at = ? WHERE id = 1", (time.time(),))
+            return int(sqlite.scalar(conn, "SELECT version FROM runtime_state WHERE id = 1"))
+
     def runtime_version(self) -> int:
         return int(sqlite.scalar(self.conn(), "SELECT version FROM runtime_state WHERE id = 1") or 0)
 

@@ -23,7 +23,8 @@ Deadlines are set in one place, `ToolHandler.context`: now + the handler's `time
 
 A handler also contributes, beside its tools: `variables`, `config_modules`, CLI sub-commands
 (`add_cli`), serve-time options and jobs (`add_serve_options`, `before_serve`) and the example
-call the first-start banner prints (`example_call`).
+call the first-start banner prints (`example_call`), and scrape-time metric collectors
+(`scrape_collectors`).
 """
 
 from __future__ import annotations
@@ -228,6 +229,13 @@ class ToolHandler:
     @classmethod
     def before_serve(cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool) -> None:
         """Start what the serving parent process runs beside the workers (e.g. a first-start job)."""
+
+    @classmethod
+    def scrape_collectors(cls, data_dir: Path, runtime: Callable[[], Runtime]) -> list[Any]:
+        """Prometheus collectors evaluated when /metrics is scraped (by whichever worker answers,
+        or by the parent on mcp-metrics_port): for numbers read from state every process shares,
+        such as the RAG index in rag.db. `runtime` returns the current runtime snapshot."""
+        return []
 
     # -- discovery -------------------------------------------------------------------------
     def get_tool_list(self, *, style: str = "dotted") -> list[dict[str, Any]]:

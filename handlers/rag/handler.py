@@ -34,6 +34,7 @@ from handlers.rag.ingest.reconcile import apply_source_changes, source_states
 from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
 from handlers.rag.ingest.tools import SyncTools
 from handlers.rag.limits import Call, fit_to_bytes
+from handlers.rag.metrics import RagIndexCollector
 from handlers.rag.models import (
     AdminStatsIn,
     AdminStatsOut,
@@ -121,6 +122,11 @@ class RagHandler(SyncTools, FetchTools):
         """The demo corpus: built on first start, synced in the background beside the workers."""
         if not args.no_demo:
             start_demo_in_background(data_dir, store=store, first_start=first_start)
+
+    @classmethod
+    def scrape_collectors(cls, data_dir: Path, runtime: Callable[[], Any]) -> list[Any]:
+        """The index's size and sync state, read from rag.db at each scrape (handlers/rag/metrics.py)."""
+        return [RagIndexCollector(Path(data_dir) / "rag.db", runtime)]
 
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:
