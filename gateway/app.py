@@ -25,12 +25,13 @@ from starlette.types import Receive, Scope, Send
 from gateway import auth, tls
 from gateway.assembly import close_backends, handler_classes, open_store, share_backends
 from gateway.errors import GatewayError
+from gateway.host_guard import HostGuard
 from gateway.metrics import Metrics
 from gateway.protocol import Dispatcher, Endpoint
 from gateway.services import Services
 from gateway.tool_counters import ToolCounters
 from gateway.tools import ToolHandler
-from gateway.transport import McpTransport, not_found_body
+from gateway.transport import McpTransport, not_found_body, refusal_reply
 
 log = logging.getLogger("mcp_gateway")
 RUNTIME_POLL_S = 0.25
@@ -54,6 +55,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         workers=int(os.environ.get("MCP_GATEWAY_WORKERS", "1")),
         port=int(os.environ.get("MCP_GATEWAY_PORT", "0")),
     )
+    services.host = os.environ.get("MCP_GATEWAY_HOST") or services.runtime.var("mcp-bind_address")
     share_backends(services)
     handlers = [cls(services) for cls in handler_classes()]
     services.handlers = {h.endpoint: h for h in handlers}
@@ -116,12 +118,35 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
     app.add_route("/healthz", healthz, methods=["GET"])
     app.add_route("/{path:path}", not_found, methods=["GET", "POST", "OPTIONS", "PUT", "DELETE", "PATCH", "HEAD"])
 
+    guards: list[tuple[object, HostGuard]] = []  # (runtime, its guard): rebuilt when the runtime changes
+
+    def guard() -> HostGuard:
+        runtime = services.runtime
+        if not guards or guards[0][0] is not runtime:
+            variables = runtime.variables
+            guards[:] = [(runtime, HostGuard(services.host, variables["mcp-allowed_hosts"], variables["mcp-allowed_origins"]))]
+        return guards[0][1]
+
     async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")  # `/mcp/<name>`, one non-empty segment: the transport's
-        if path.startswith("/mcp/") and len(path) > 5 and path.find("/", 5) == -1 and scope["type"] == "http":
-            await transport(scope, receive, send)
-        else:
-            await app(scope, receive, send)
+        if scope["type"] == "http":
+            host = origin = None
+            for name, value in scope["headers"]:  # before anything else, on every path (gateway.host_guard)
+                if name == b"host":
+                    host = value
+                elif name == b"origin":
+                    origin = value
+            refusal = guard().refusal(host, origin)
+            if refusal is not None:
+                name = path[5:] if path.startswith("/mcp/") and path[5:] in endpoints else "other"
+                metrics.count(metrics.host_origin_refusals, name, refusal.reason)
+                log.warning("refused a request to %s: %s", path[:100], refusal.message)
+                await refusal_reply(refusal.status, refusal.message).send(send)
+                return
+            if path.startswith("/mcp/") and len(path) > 5 and path.find("/", 5) == -1:
+                await transport(scope, receive, send)
+                return
+        await app(scope, receive, send)
 
     return gateway_app
 

@@ -105,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     sock = config.bind_socket()
     bound_port = sock.getsockname()[1]
-    os.environ["MCP_GATEWAY_PORT"] = str(bound_port)
+    os.environ.update(MCP_GATEWAY_PORT=str(bound_port), MCP_GATEWAY_HOST=host)
     state_file = data_dir / "gateway.json"
     state_file.write_text(json.dumps({"pid": os.getpid(), "port": bound_port, "host": host, "use_ssl": use_ssl}))
     print(_banner(prepared, scheme="https" if use_ssl else "http", host=host, port=bound_port, cert=cert), flush=True)

@@ -99,6 +99,12 @@ class Metrics:
         self.auth_failures = Counter(
             "mcp_gateway_auth_failures", "Refused bearer checks by endpoint and reason.", ["endpoint", "reason"], registry=r
         )
+        self.host_origin_refusals = Counter(
+            "mcp_gateway_host_origin_refusals",
+            "Requests refused for their Host (421) or Origin (403) header: DNS rebinding protection.",
+            ["endpoint", "reason"],
+            registry=r,
+        )
         self.auth_failures_by_client = Counter(
             "mcp_gateway_auth_failures_by_client",
             f"Refused bearer checks by client address (first {MAX_CLIENT_LABELS} clients per worker, then 'other').",
