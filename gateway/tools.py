@@ -57,10 +57,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcp_gateway.tools")
 
 
-class ToolInput(BaseModel):
-    """Base for tool arguments: unknown keys are an error, not silently ignored."""
+# Every integer argument has bounds in its model (tests/test_tool_arguments.py checks each tool's
+# published schema); an id or count that reaches SQLite or a database driver fits in 64 bits.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-    model_config = ConfigDict(extra="forbid")
+
+class ToolInput(BaseModel):
+    """Base for tool arguments: unknown keys are an error, not silently ignored; numbers are finite
+    ("NaN" and "Infinity" are refused, not parsed into floats no comparison can bound)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ToolOutput(BaseModel):
@@ -294,6 +300,9 @@ class ToolHandler:
             return error_result(DeadlineExceeded(f"{spec.name} did not finish within its deadline"))
         except GatewayError as exc:
             return error_result(exc)
+        except OverflowError:  # a number past what SQLite or a driver holds: a model lacks a bound
+            log.warning("tool %s on /mcp/%s: a number overflowed (a missing bound in its input model?)", spec.name, self.endpoint)
+            return error_result(InvalidArgument(f"a number in the arguments of {spec.name} is out of range"))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug or an untranslated driver error: log it, answer safely
