@@ -220,12 +220,12 @@ class ToolHandler:
 
     # -- what a handler adds to the command line -------------------------------------------
     @classmethod
-    def add_cli(
-        cls, commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
-    ) -> None:
+    def add_cli(cls, commands: argparse._SubParsersAction, *, open_store: Callable[[str | None], ConfigStore]) -> None:
         """Add this endpoint's sub-commands (`mcp-gateway <command> ...`). Each sets `func`
-        (args -> exit status) as gateway.cli's own do; `open_store` opens a data directory's
-        config store with every declared variable and admin table."""
+        (args -> exit status) as gateway.cli's own do. `open_store(args.data_dir)` opens the
+        config store of an existing data directory (--data-dir, default None: ./mcp-gateway-data
+        or the running gateway's) or raises ConfigError saying which --data-dir to pass; a
+        command other than `serve` never creates a data directory."""
 
     @classmethod
     def add_serve_options(cls, serve: argparse.ArgumentParser) -> None:

@@ -25,6 +25,9 @@ class VariableView(ToolOutput):
     description: str
     secret: bool
     restart_required: bool
+    origin: str = Field(
+        description="Where the runtime value comes from: default, disk, environment (MCP_GATEWAY_*), command line (--port, --host), or memory (loaded by an admin, not saved)."
+    )
 
 
 class SetConfigIn(ToolInput):
@@ -109,6 +112,7 @@ class ConfigHandler(ToolHandler):
             description=decl.help,
             secret=decl.secret,
             restart_required=decl.restart_required,
+            origin=ctx.runtime.origins.get(name, "default"),
         )
 
     @staticmethod

@@ -107,10 +107,8 @@ class RagHandler(SyncTools, FetchTools):
 
     # -- the command line ------------------------------------------------------------------
     @classmethod
-    def add_cli(
-        cls, commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
-    ) -> None:
-        add_commands(commands, open_store=open_store, default_data_dir=default_data_dir)
+    def add_cli(cls, commands: argparse._SubParsersAction, *, open_store: Callable[[str | None], ConfigStore]) -> None:
+        add_commands(commands, open_store=open_store)
 
     @classmethod
     def add_serve_options(cls, serve: argparse.ArgumentParser) -> None:
