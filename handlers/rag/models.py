@@ -83,10 +83,24 @@ class Hit(BaseModel):
     debug: dict[str, Any] | None = None
 
 
+class IndexBuild(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    building: bool = Field(description="True: a sync is writing the index; results cover only what is indexed so far.")
+    documents: int = Field(description="Documents the running sync has written so far.")
+    of: int | None = Field(description="Rows the running sync has to read (None until its sources are counted).")
+    sources: list[str]
+    job_id: str
+    message: str
+
+
 class SearchOutput(ToolOutput):
     results: list[Hit]
     truncated: bool
     stats: Stats
+    index: IndexBuild | None = Field(
+        None, description="Present while a sync is building the index: its progress (results cover what is indexed so far)."
+    )
 
 
 # -- rag.search_fts ----------------------------------------------------------------------------
@@ -218,7 +232,8 @@ class Chunk(BaseModel):
 
 class GetChunksOut(ToolOutput):
     chunks: list[Chunk]
-    missing: list[str]
+    missing: list[str] = Field(description="Ids looked up but not in the index.")
+    not_looked_up: int = Field(0, description="Distinct ids past rag-k_max, not looked up (truncated is true then).")
     truncated: bool
     stats: Stats
 
@@ -252,7 +267,8 @@ class Doc(BaseModel):
 
 class GetDocsOut(ToolOutput):
     docs: list[Doc]
-    missing: list[str]
+    missing: list[str] = Field(description="Ids looked up but not in the index.")
+    not_looked_up: int = Field(0, description="Distinct ids past rag-k_max, not looked up (truncated is true then).")
     truncated: bool
     stats: Stats
 
