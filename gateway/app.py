@@ -76,6 +76,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
                 metrics.handler_up.labels(handler.endpoint).set(0)
         app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
+        await anyio.to_thread.run_sync(metrics.refresh_totals)  # get_status's first snapshot
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
             tasks.start_soon(_flush_stats, services)
@@ -199,5 +200,6 @@ async def _flush_stats(services: Services) -> None:
         try:
             await anyio.to_thread.run_sync(services.stats.flush)
             services.metrics.sample_process()
+            await anyio.to_thread.run_sync(services.metrics.refresh_totals)  # get_status reads this snapshot
         except Exception:
             log.exception("flushing tool statistics failed; retrying")

@@ -155,6 +155,7 @@ class Metrics:
         self._tool_calls: deque[tuple[str, str, str, str, float]] = deque()
         self._others: deque[tuple[Any, tuple[str, ...], float, bool]] = deque()  # count and observe
         self._inflight: dict[str, int] = {}
+        self._totals_snapshot: tuple[float, dict[str, float]] | None = None  # refresh_totals
 
     # -- per-request updates, folded in by flush() ----------------------------------------
     def count(self, metric: Counter, *labels: str, amount: float = 1.0) -> None:
@@ -268,6 +269,20 @@ class Metrics:
                 elif sample.name == "mcp_gateway_workers":
                     out["workers"] += sample.value
         return out
+
+    def refresh_totals(self) -> None:
+        """Take a snapshot of `totals()` for get_status. The app does this once a second in a
+        thread: collecting every worker's files costs milliseconds, which get_status (the tool
+        health checkers poll) paid on each call, ~15x a get_config."""
+        totals = self.totals()
+        self._totals_snapshot = (time.time(), totals)
+
+    def totals_snapshot(self) -> tuple[float, dict[str, float]]:
+        """(when it was taken, the totals) of the latest snapshot; taken now if there is none yet."""
+        if self._totals_snapshot is None:
+            self.refresh_totals()
+        assert self._totals_snapshot is not None
+        return self._totals_snapshot
 
     def samples(self, prefix: str = "") -> list[dict[str, object]]:
         rows = []
