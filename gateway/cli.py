@@ -168,14 +168,14 @@ def variables_table() -> str:
 
 def tools_table() -> str:
     from gateway.assembly import handler_classes
+    from gateway.tools import first_sentence
 
     lines = ["| endpoint | tool | read-only | what it does |", "|---|---|---|---|"]
     for cls in handler_classes():
         if not cls.tools:
             lines.append(f"| `/mcp/{cls.endpoint}` | (none yet) | | {cls.title} |")
         for spec in cls.tools.values():
-            paragraph = " ".join(spec.description.split("\n\n")[0].split())
-            summary = paragraph.split(". ")[0].rstrip(".") + "."
+            summary = first_sentence(spec.description)
             lines.append(
                 f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |"
             )

@@ -128,6 +128,35 @@ def tool(
     return mark
 
 
+ABBREVIATIONS = frozenset({"e.g.", "i.e.", "vs.", "etc.", "cf.", "approx.", "incl.", "esp."})
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a description's first paragraph, whole: what tables show of a tool.
+
+    A sentence ends at '.', '!' or '?' followed by a space or the end, outside parentheses,
+    brackets and quotes, and not in an ellipsis ("WITH ... SELECT") or after an abbreviation
+    ("vs.", "e.g."); a period inside a word (2.5, rag.get_chunks) ends nothing."""
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    depth, quote = 0, ""
+    for index, char in enumerate(paragraph):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in '"`':
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif char in ".!?" and depth == 0 and paragraph[index + 1 : index + 2] in ("", " "):
+            if char == "." and paragraph[index - 1 : index] == ".":
+                continue  # the end of an ellipsis
+            if paragraph[: index + 1].rsplit(" ", 1)[-1].lower() in ABBREVIATIONS:
+                continue
+            return paragraph[: index + 1]
+    return paragraph if paragraph.endswith((".", "!", "?")) else paragraph + "."
+
+
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True)
     schema.setdefault("type", "object")
