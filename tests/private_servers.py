@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -209,8 +210,9 @@ def private_servers() -> Iterator[tuple[PrivatePostgres, PrivateMariaDB]]:
         my_root.mkdir()
         postgres, mariadb = PrivatePostgres(pg_root), PrivateMariaDB(my_root)
         try:
-            postgres.init()
-            mariadb.init()
+            with ThreadPoolExecutor(2) as pool:  # initdb and mariadb-install-db side by side
+                for started in [pool.submit(postgres.init), pool.submit(mariadb.init)]:
+                    started.result()
             yield postgres, mariadb
         finally:
             postgres.stop()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +25,14 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: f
     )
 
 
-@pytest.fixture
-def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private $XDG_RUNTIME_DIR for the gateways this test starts and the CLI it runs."""
-    path = tmp_path / "xdg-run"
-    path.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
-    return path
+@pytest.fixture(scope="module")
+def shared() -> Iterator[tuple[GatewayProcess, Path]]:
+    """One gateway for the tests that only need one, with its own $XDG_RUNTIME_DIR (run files)."""
+    with tempfile.TemporaryDirectory(prefix="mcpgw-xdg-") as tmp, pytest.MonkeyPatch.context() as patch:
+        runtime_dir = Path(tmp)
+        patch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+        with start_gateway() as gateway:
+            yield gateway, runtime_dir
 
 
 @pytest.fixture
@@ -41,73 +43,59 @@ def elsewhere(tmp_path: Path) -> Path:
     return path
 
 
-def test_admin_from_another_directory_finds_the_running_gateway(runtime_dir: Path, elsewhere: Path) -> None:
-    with start_gateway() as gateway:
-        answer = run_cli(
-            "admin", "SELECT variable_value FROM runtime_global_variables WHERE variable_name = 'mcp-port'", cwd=elsewhere
-        )
-        assert answer.returncode == 0, answer.stderr
-        result = json.loads(answer.stdout)
-        port = gateway.base_url.rsplit(":", 1)[1]
-        assert result["rows"] == [[port]], result
-        assert "running gateway" in result["via"] and str(gateway.data_dir) in result["via"], result
+def test_admin_from_another_directory_finds_the_running_gateway(shared, elsewhere: Path) -> None:
+    gateway, runtime_dir = shared
+    statement = "SELECT variable_value FROM runtime_global_variables WHERE variable_name = 'mcp-port'"
+    answer = run_cli("admin", statement, cwd=elsewhere, env={"XDG_RUNTIME_DIR": str(runtime_dir)})
+    assert answer.returncode == 0, answer.stderr
+    result = json.loads(answer.stdout)
+    assert result["rows"] == [[gateway.base_url.rsplit(":", 1)[1]]], result
+    assert "running gateway" in result["via"] and str(gateway.data_dir) in result["via"], result
     assert list(elsewhere.iterdir()) == []  # nothing created where the CLI ran
 
 
-def test_admin_with_two_running_gateways_asks_which(runtime_dir: Path, elsewhere: Path) -> None:
-    with start_gateway() as first, start_gateway() as second:
-        answer = run_cli("admin", "SELECT 1", cwd=elsewhere)
+def test_the_run_file_names_the_gateway(shared) -> None:
+    gateway, runtime_dir = shared
+    files = list((runtime_dir / "mcp-gateway").glob("*.json"))
+    assert len(files) == 1, files
+    state = json.loads(files[0].read_text())
+    assert state["data_dir"] == str(gateway.data_dir) and state["pid"] == gateway.process.pid
+    assert state["port"] == int(gateway.base_url.rsplit(":", 1)[1])
+    assert oct(files[0].stat().st_mode & 0o777) == "0o600"
+
+
+def test_with_two_running_gateways_it_asks_which_and_a_stopped_one_leaves(shared, elsewhere: Path) -> None:
+    first, runtime_dir = shared
+    env = {"XDG_RUNTIME_DIR": str(runtime_dir)}
+    with start_gateway() as second:
+        answer = run_cli("admin", "SELECT 1", cwd=elsewhere, env=env)
         assert answer.returncode == 1
         assert f"--data-dir {first.data_dir}" in answer.stderr and f"--data-dir {second.data_dir}" in answer.stderr, answer.stderr
-        chosen = run_cli("admin", "SELECT 1", "--data-dir", str(second.data_dir), cwd=elsewhere)
+        chosen = run_cli("admin", "SELECT 1", "--data-dir", str(second.data_dir), cwd=elsewhere, env=env)
         assert chosen.returncode == 0, chosen.stderr
+        assert len(list((runtime_dir / "mcp-gateway").glob("*.json"))) == 2
+    assert len(list((runtime_dir / "mcp-gateway").glob("*.json"))) == 1  # the stopped one removed its run file
 
 
-def test_admin_without_a_gateway_says_which_data_dir_to_pass(runtime_dir: Path, elsewhere: Path) -> None:
-    answer = run_cli("admin", "SELECT 1", cwd=elsewhere)
-    assert answer.returncode == 1
-    assert "--data-dir" in answer.stderr and "mcp-gateway-data" in answer.stderr, answer.stderr
-    assert "no running gateway" in answer.stderr, answer.stderr
-    assert list(elsewhere.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    "command",
-    [("rag", "sync", "--quiet"), ("admin", "SELECT 1"), ("admin", "LOAD MCP VARIABLES TO RUNTIME")],
-    ids=["rag-sync", "admin-select", "admin-load"],
-)
-def test_commands_other_than_serve_never_create_a_data_directory(runtime_dir: Path, elsewhere: Path, command) -> None:
-    answer = run_cli(*command, cwd=elsewhere)
-    assert answer.returncode != 0
-    assert "--data-dir" in answer.stderr, answer.stderr
-    assert list(elsewhere.iterdir()) == [], list(elsewhere.iterdir())
-    missing = elsewhere / "given"
-    answer = run_cli(*command, "--data-dir", str(missing), cwd=elsewhere)
-    assert answer.returncode != 0 and not missing.exists(), answer.stderr
-
-
-def test_the_run_file_goes_with_the_gateway(runtime_dir: Path) -> None:
-    with start_gateway() as gateway:
-        files = list((runtime_dir / "mcp-gateway").glob("*.json"))
-        assert len(files) == 1, files
-        state = json.loads(files[0].read_text())
-        assert state["data_dir"] == str(gateway.data_dir) and state["pid"] == gateway.process.pid
-        assert state["port"] == int(gateway.base_url.rsplit(":", 1)[1])
-        assert oct(files[0].stat().st_mode & 0o777) == "0o600"
-    assert list((runtime_dir / "mcp-gateway").glob("*.json")) == []
+def test_without_a_gateway_commands_say_which_data_dir_to_pass_and_create_none(tmp_path: Path, elsewhere: Path) -> None:
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}  # no run files there: no gateway running
+    for command in (("rag", "sync", "--quiet"), ("admin", "LOAD MCP VARIABLES TO RUNTIME")):
+        answer = run_cli(*command, cwd=elsewhere, env=env)
+        assert answer.returncode != 0
+        assert "--data-dir" in answer.stderr and "mcp-gateway-data" in answer.stderr, answer.stderr
+        assert "no running gateway" in answer.stderr, answer.stderr
+        assert list(elsewhere.iterdir()) == [], list(elsewhere.iterdir())
+        missing = elsewhere / "given"
+        answer = run_cli(*command, "--data-dir", str(missing), cwd=elsewhere, env=env)
+        assert answer.returncode != 0 and not missing.exists(), answer.stderr
+        assert f"no gateway data directory at {missing}" in answer.stderr, answer.stderr
 
 
 # -- LOAD warns ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def gateway_with_root_target(mariadb_db: dict) -> Iterator[GatewayProcess]:
-    with start_gateway() as gateway:
-        yield gateway
-
-
-def test_load_profiles_prints_the_privilege_warnings(gateway_with_root_target: GatewayProcess, mariadb_db: dict) -> None:
-    gateway = gateway_with_root_target
+def test_load_profiles_prints_the_privilege_warnings(shared, mariadb_db: dict) -> None:
+    gateway, _ = shared
     statements = [
         "INSERT INTO mcp_auth_profiles (auth_profile_id, db_username, db_password) VALUES ('root', 'root', '')",
         "INSERT INTO mcp_target_profiles (target_id, protocol, host, port, database, auth_profile_id) "
