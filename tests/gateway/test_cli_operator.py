@@ -79,16 +79,16 @@ def test_with_two_running_gateways_it_asks_which_and_a_stopped_one_leaves(shared
 
 def test_without_a_gateway_commands_say_which_data_dir_to_pass_and_create_none(tmp_path: Path, elsewhere: Path) -> None:
     env = {"XDG_RUNTIME_DIR": str(tmp_path)}  # no run files there: no gateway running
-    for command in (("rag", "sync", "--quiet"), ("admin", "LOAD MCP VARIABLES TO RUNTIME")):
-        answer = run_cli(*command, cwd=elsewhere, env=env)
-        assert answer.returncode != 0
-        assert "--data-dir" in answer.stderr and "mcp-gateway-data" in answer.stderr, answer.stderr
-        assert "no running gateway" in answer.stderr, answer.stderr
-        assert list(elsewhere.iterdir()) == [], list(elsewhere.iterdir())
-        missing = elsewhere / "given"
-        answer = run_cli(*command, "--data-dir", str(missing), cwd=elsewhere, env=env)
-        assert answer.returncode != 0 and not missing.exists(), answer.stderr
-        assert f"no gateway data directory at {missing}" in answer.stderr, answer.stderr
+    # rag sync used to create ./mcp-gateway-data and sync nothing; admin said only "no ... at ./mcp-gateway-data".
+    answer = run_cli("rag", "sync", "--quiet", cwd=elsewhere, env=env)
+    assert answer.returncode != 0
+    assert "--data-dir" in answer.stderr and "mcp-gateway-data" in answer.stderr, answer.stderr
+    assert "no running gateway" in answer.stderr, answer.stderr
+    assert list(elsewhere.iterdir()) == [], list(elsewhere.iterdir())
+    missing = elsewhere / "given"
+    answer = run_cli("admin", "LOAD MCP VARIABLES TO RUNTIME", "--data-dir", str(missing), cwd=elsewhere, env=env)
+    assert answer.returncode != 0 and not missing.exists(), answer.stderr
+    assert f"no gateway data directory at {missing}" in answer.stderr and "--data-dir" in answer.stderr, answer.stderr
 
 
 # -- LOAD warns ------------------------------------------------------------------------------------
