@@ -426,3 +426,13 @@ CREATE TABLE IF NOT EXISTS ai_anomalies (
     window_end  REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS ai_anomalies_detected ON ai_anomalies(detected_at);
+
+-- @section variable_overrides
+-- config.db only (gateway/store.py): the values the serving process took from its environment
+-- (MCP_GATEWAY_<NAME>) or command line (--port, --host) at its last start, replaced at each start.
+-- The runtime shows each variable's origin from it: default, disk, environment, command line, memory.
+CREATE TABLE IF NOT EXISTS variable_overrides (
+    variable_name  TEXT PRIMARY KEY NOT NULL,
+    variable_value TEXT NOT NULL,
+    origin         TEXT NOT NULL             -- environment | command line
+);

@@ -48,7 +48,23 @@ def build_profiles(
     }
 
 
+def profile_warnings(runtime: Mapping[str, list[dict[str, Any]]]) -> list[str]:
+    """What LOAD MCP PROFILES TO RUNTIME tells the admin: each target's privilege warnings, and
+    each target that loaded but does not serve, with why."""
+    warnings = []
+    for row in runtime["runtime_mcp_target_profiles"]:
+        target_id = row["target_id"]
+        if row["skip_reason"]:
+            warnings.append(f"target {target_id}: not served: {row['skip_reason']}")
+        warnings += [f"target {target_id}: {warning}" for warning in json.loads(row["privilege_warnings"] or "[]")]
+    return warnings
+
+
 # db_password reads as NULL through admin.sql, a literal password and a reference alike.
 PROFILES_MODULE = ConfigModule(
-    "MCP PROFILES", ("mcp_auth_profiles", "mcp_target_profiles"), build_profiles, secret_columns=("db_password",)
+    "MCP PROFILES",
+    ("mcp_auth_profiles", "mcp_target_profiles"),
+    build_profiles,
+    secret_columns=("db_password",),
+    warnings=profile_warnings,
 )

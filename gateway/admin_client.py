@@ -30,7 +30,7 @@ def run_admin_statement(data_dir: Path, statement: str) -> dict[str, Any]:
     state = _running(data_dir)
     if state is None:
         result = AdminSQL(store).execute(statement)
-        result["via"] = "data directory (no gateway running: LOAD ... TO RUNTIME takes effect at its next start)"
+        result["via"] = f"data directory {data_dir} (no gateway running: LOAD ... TO RUNTIME takes effect at its next start)"
         return result
     tokens = (
         sqlite.scalar(
@@ -60,5 +60,5 @@ def run_admin_statement(data_dir: Path, statement: str) -> dict[str, Any]:
     if "error" in payload:
         return {"error": payload["error"]}
     result = payload["result"]["structuredContent"]
-    result["via"] = f"running gateway on port {state['port']}"
+    result["via"] = f"running gateway on port {state['port']} (data directory {data_dir})"
     return result

@@ -95,14 +95,13 @@ class AdminSQL:
         method = _VERB_ACTIONS.get((action.upper(), direction.upper(), layer.upper()))
         if method is None:
             raise InvalidArgument(f"{action} ... {direction} {layer} is not a verb; see LOAD/SAVE in the README")
-        result = getattr(self.store, method)(module)
-        out: dict[str, Any] = {
-            "ok": True,
-            "message": f"{action.upper()} {' '.join(module.upper().split())} {direction.upper()} {layer.upper()} done",
-        }
+        verb = f"{action.upper()} {' '.join(module.upper().split())} {direction.upper()} {layer.upper()}"
         if method == "load_to_runtime":
-            out["runtime_version"] = result
-        return out
+            version, warnings = self.store.load_to_runtime_warning(module)
+            message = f"{verb} done" if not warnings else f"{verb} done, with {len(warnings)} warning(s): {'; '.join(warnings)}"
+            return {"ok": True, "message": message, "runtime_version": version, "warnings": warnings}
+        getattr(self.store, method)(module)
+        return {"ok": True, "message": f"{verb} done"}
 
     # -- SQL under the authorizer ----------------------------------------------------------
     def _connection(self) -> apsw.Connection:
@@ -110,8 +109,18 @@ class AdminSQL:
         conn.execute("ATTACH DATABASE ? AS disk", (str(self.store.disk_path),))
         secrets = ", ".join(f"'{n}'" for n in self.secret_variables) or "''"
         masked = f"CASE WHEN variable_name IN ({secrets}) AND variable_value <> '' THEN '{MASK}' ELSE variable_value END"
-        for table in MASKED_VARIABLE_TABLES:
-            conn.execute(f"CREATE TEMP VIEW {table} AS SELECT variable_name, {masked} AS variable_value FROM main.{table}")
+        masked_r = f"CASE WHEN r.variable_name IN ({secrets}) AND r.variable_value <> '' THEN '{MASK}' ELSE r.variable_value END"
+        # Where each runtime value comes from (ConfigStore.variable_origins), as a column of the runtime view.
+        conn.execute("CREATE TEMP TABLE variable_origin (variable_name TEXT PRIMARY KEY, origin TEXT NOT NULL)")
+        conn.executemany("INSERT INTO temp.variable_origin VALUES (?, ?)", list(self.store.variable_origins().items()))
+        conn.execute(
+            f"CREATE TEMP VIEW global_variables AS SELECT variable_name, {masked} AS variable_value FROM main.global_variables"
+        )
+        conn.execute(
+            f"CREATE TEMP VIEW runtime_global_variables AS SELECT r.variable_name, {masked_r} AS variable_value, "
+            "COALESCE(o.origin, 'default') AS origin FROM main.runtime_global_variables r "
+            "LEFT JOIN temp.variable_origin o ON o.variable_name = r.variable_name"
+        )
         conn.execute(
             """
             CREATE TEMP TRIGGER gv_insert INSTEAD OF INSERT ON temp.global_variables BEGIN
@@ -145,6 +154,8 @@ class AdminSQL:
             if table in MASKED_VARIABLE_TABLES:
                 # Only through the masking TEMP views (or their triggers), never the base tables.
                 return apsw.SQLITE_OK if db == "temp" or inner is not None else apsw.SQLITE_DENY
+            if db == "temp" and table == "variable_origin":
+                return apsw.SQLITE_OK
             if db == "disk" and table == "global_variables":
                 return apsw.SQLITE_DENY
             readable = (

@@ -26,12 +26,13 @@ from gateway import auth, tls
 from gateway.assembly import close_backends, handler_classes, open_store, share_backends
 from gateway.errors import GatewayError
 from gateway.evidence import EvidenceRecorder
+from gateway.host_guard import HostGuard
 from gateway.metrics import Metrics
 from gateway.protocol import Dispatcher, Endpoint
 from gateway.services import Services
 from gateway.tool_counters import ToolCounters
 from gateway.tools import ToolHandler
-from gateway.transport import McpTransport, not_found_body
+from gateway.transport import McpTransport, not_found_body, refusal_reply
 
 log = logging.getLogger("mcp_gateway")
 RUNTIME_POLL_S = 0.25
@@ -57,6 +58,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         port=int(os.environ.get("MCP_GATEWAY_PORT", "0")),
         evidence=EvidenceRecorder(store, retention_s=runtime.var("mcp-evidence_retention_s")),
     )
+    services.host = os.environ.get("MCP_GATEWAY_HOST") or services.runtime.var("mcp-bind_address")
     share_backends(services)
     for cls in handler_classes():
         for collector in cls.scrape_collectors(data_dir, lambda: services.runtime):
@@ -81,6 +83,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
         await anyio.to_thread.run_sync(_export_certificate, services)
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
+        await anyio.to_thread.run_sync(metrics.refresh_totals)  # get_status's first snapshot
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
             tasks.start_soon(_flush_stats, services)
@@ -129,12 +132,35 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
     app.add_route("/readyz", readyz, methods=["GET"])
     app.add_route("/{path:path}", not_found, methods=["GET", "POST", "OPTIONS", "PUT", "DELETE", "PATCH", "HEAD"])
 
+    guards: list[tuple[object, HostGuard]] = []  # (runtime, its guard): rebuilt when the runtime changes
+
+    def guard() -> HostGuard:
+        runtime = services.runtime
+        if not guards or guards[0][0] is not runtime:
+            variables = runtime.variables
+            guards[:] = [(runtime, HostGuard(services.host, variables["mcp-allowed_hosts"], variables["mcp-allowed_origins"]))]
+        return guards[0][1]
+
     async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")  # `/mcp/<name>`, one non-empty segment: the transport's
-        if path.startswith("/mcp/") and len(path) > 5 and path.find("/", 5) == -1 and scope["type"] == "http":
-            await transport(scope, receive, send)
-        else:
-            await app(scope, receive, send)
+        if scope["type"] == "http":
+            host = origin = None
+            for name, value in scope["headers"]:  # before anything else, on every path (gateway.host_guard)
+                if name == b"host":
+                    host = value
+                elif name == b"origin":
+                    origin = value
+            refusal = guard().refusal(host, origin)
+            if refusal is not None:
+                name = path[5:] if path.startswith("/mcp/") and path[5:] in endpoints else "other"
+                metrics.count(metrics.host_origin_refusals, name, refusal.reason)
+                log.warning("refused a request to %s: %s", path[:100], refusal.message)
+                await refusal_reply(refusal.status, refusal.message).send(send)
+                return
+            if path.startswith("/mcp/") and len(path) > 5 and path.find("/", 5) == -1:
+                await transport(scope, receive, send)
+                return
+        await app(scope, receive, send)
 
     return gateway_app
 
@@ -205,6 +231,7 @@ async def _flush_stats(services: Services) -> None:
             services.metrics.sample_process()
             if services.targets is not None:
                 services.metrics.sample_pools(services.targets.stats())
+            await anyio.to_thread.run_sync(services.metrics.refresh_totals)  # get_status reads this snapshot
         except Exception:
             log.exception("flushing tool statistics failed; retrying")
 

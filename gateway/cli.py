@@ -23,7 +23,8 @@ from typing import Any
 
 from uvicorn.supervisors import Multiprocess
 
-DEFAULT_DATA_DIR = "mcp-gateway-data"
+from gateway.run_files import DEFAULT_DATA_DIR
+
 log = logging.getLogger("mcp_gateway")
 
 
@@ -66,6 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gateway import tls
     from gateway.errors import ConfigError
+    from gateway.run_files import write_run_file
     from gateway.startup import prepare
 
     data_dir = Path(args.data_dir).resolve()
@@ -111,9 +113,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     sock = config.bind_socket()
     bound_port = sock.getsockname()[1]
-    os.environ["MCP_GATEWAY_PORT"] = str(bound_port)
+    served = {"mcp-port": (str(bound_port), args.port), "mcp-bind_address": (host, args.host)}
+    overrides = {name: (value, "command line") for name, (value, given) in served.items() if given is not None}
+    if overrides:  # the runtime shows what is served, and why (global_variables' origin column)
+        prepared.store.set_overrides(overrides)
+        prepared.store.load_to_runtime("MCP VARIABLES")
+    os.environ.update(MCP_GATEWAY_PORT=str(bound_port), MCP_GATEWAY_HOST=host)
     state_file = data_dir / "gateway.json"
     state_file.write_text(json.dumps({"pid": os.getpid(), "port": bound_port, "host": host, "use_ssl": use_ssl}))
+    run_file = write_run_file(data_dir=data_dir, port=bound_port, host=host, use_ssl=use_ssl)  # found from anywhere
     print(_banner(prepared, scheme="https" if use_ssl else "http", host=host, port=bound_port, cert=cert), flush=True)
     from gateway.assembly import handler_classes
 
@@ -131,15 +139,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gateway.reload import certificate_identity, reload_from_disk
 
-    served = {"certificate": certificate_identity(data_dir, runtime)}
+    certificate = {"served": certificate_identity(data_dir, runtime)}
 
     def reload() -> None:  # SIGHUP: gateway/reload.py
         try:
-            report = reload_from_disk(prepared.store, environ, certificate_before=served["certificate"])
-            served["certificate"] = report.certificate_now
+            report = reload_from_disk(prepared.store, environ, certificate_before=certificate["served"])
+            certificate["served"] = report.certificate_now
         except Exception:  # a reload must never take the gateway down
             log.exception("SIGHUP: reloading from disk failed; the runtime is unchanged")
 
+    # uvicorn re-raises the SIGTERM it handled once it has shut down; the default action would end
+    # the process before the `finally` below removes the state and run files. Exit normally instead.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     try:
         if args.workers > 1:
             from gateway.metrics import worker_restarts_counter
@@ -152,6 +163,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             uvicorn.Server(config).run(sockets=[sock])
     finally:
         state_file.unlink(missing_ok=True)
+        run_file.unlink(missing_ok=True)
     return 0
 
 
@@ -210,9 +222,10 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 
 def cmd_admin(args: argparse.Namespace) -> int:
     from gateway.admin_client import run_admin_statement
+    from gateway.run_files import locate_data_dir
 
     try:
-        result = run_admin_statement(Path(args.data_dir).resolve(), args.statement)
+        result = run_admin_statement(locate_data_dir(args.data_dir), args.statement)
     except Exception as exc:  # noqa: BLE001 - the CLI prints the error and exits non-zero
         print(f"mcp-gateway admin: {exc}", file=sys.stderr)
         return 1
@@ -233,14 +246,14 @@ def variables_table() -> str:
 
 def tools_table() -> str:
     from gateway.assembly import handler_classes
+    from gateway.tools import first_sentence
 
     lines = ["| endpoint | tool | read-only | what it does |", "|---|---|---|---|"]
     for cls in handler_classes():
         if not cls.tools:
             lines.append(f"| `/mcp/{cls.endpoint}` | (none yet) | | {cls.title} |")
         for spec in cls.tools.values():
-            paragraph = " ".join(spec.description.split("\n\n")[0].split())
-            summary = paragraph.split(". ")[0].rstrip(".") + "."
+            summary = first_sentence(spec.description)
             lines.append(
                 f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |"
             )
@@ -317,7 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     admin = sub.add_parser("admin", help="run an admin statement (running gateway, else the data directory)")
     admin.add_argument("statement")
-    admin.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    admin.add_argument(
+        "--data-dir", help=f"default: ./{DEFAULT_DATA_DIR} if it exists, else the running gateway's (found by its run file)"
+    )
     admin.set_defaults(func=cmd_admin)
 
     variables = sub.add_parser("variables", help="the declared variables as a Markdown table")
@@ -330,8 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", help="list every endpoint's tools as a Markdown table")
     tools.set_defaults(func=cmd_tools)
 
+    def open_existing_store(given: str | None) -> Any:
+        """The config store of an existing data directory (gateway.run_files.locate_data_dir): never creates one."""
+        from gateway.run_files import locate_data_dir
+
+        return open_store(locate_data_dir(given))
+
     for cls in handler_classes():
-        cls.add_cli(sub, open_store=open_store, default_data_dir=DEFAULT_DATA_DIR)
+        cls.add_cli(sub, open_store=open_existing_store)
     return parser
 
 

@@ -135,6 +135,12 @@ class Metrics:
         self.auth_failures = Counter(
             "mcp_gateway_auth_failures", "Refused bearer checks by endpoint and reason.", ["endpoint", "reason"], registry=r
         )
+        self.host_origin_refusals = Counter(
+            "mcp_gateway_host_origin_refusals",
+            "Requests refused for their Host (421) or Origin (403) header: DNS rebinding protection.",
+            ["endpoint", "reason"],
+            registry=r,
+        )
         self.auth_failures_by_client = Counter(
             "mcp_gateway_auth_failures_by_client",
             f"Refused bearer checks by client address (first {MAX_CLIENT_LABELS} clients per worker, then 'other').",
@@ -222,6 +228,7 @@ class Metrics:
         self._tool_calls: deque[tuple[str, str, str, str, float]] = deque()
         self._others: deque[tuple[Any, tuple[str, ...], float, bool]] = deque()  # count and observe
         self._inflight: dict[str, int] = {}
+        self._totals_snapshot: tuple[float, dict[str, float]] | None = None  # refresh_totals
 
     # -- per-request updates, folded in by flush() ----------------------------------------
     def count(self, metric: Counter, *labels: str, amount: float = 1.0) -> None:
@@ -382,6 +389,20 @@ class Metrics:
                 elif sample.name == "mcp_gateway_workers":
                     out["workers"] += sample.value
         return out
+
+    def refresh_totals(self) -> None:
+        """Take a snapshot of `totals()` for get_status. The app does this once a second in a
+        thread: collecting every worker's files costs milliseconds, which get_status (the tool
+        health checkers poll) paid on each call, ~15x a get_config."""
+        totals = self.totals()
+        self._totals_snapshot = (time.time(), totals)
+
+    def totals_snapshot(self) -> tuple[float, dict[str, float]]:
+        """(when it was taken, the totals) of the latest snapshot; taken now if there is none yet."""
+        if self._totals_snapshot is None:
+            self.refresh_totals()
+        assert self._totals_snapshot is not None
+        return self._totals_snapshot
 
     def samples(self, prefix: str = "") -> list[dict[str, object]]:
         rows = []

@@ -88,10 +88,7 @@ class Dispatcher:
             "tools/list": self._tools_list,
             "tools/describe": self._tools_describe,
             "tools/call": self._tools_call,
-            "prompts/list": self._empty("prompts"),
-            "resources/list": self._empty("resources"),
-            "resources/templates/list": self._empty("resourceTemplates"),
-        }
+        }  # no prompts or resources: they are not advertised, and their methods are -32601 like any other
 
     # -- entry point -----------------------------------------------------------------------
     async def dispatch(self, message: Any, env: Envelope) -> dict[str, Any] | None:
@@ -206,7 +203,7 @@ class Dispatcher:
 
     # -- methods ---------------------------------------------------------------------------
     def _capabilities(self) -> dict[str, Any]:
-        return {"tools": {"listChanged": False}, "prompts": {"listChanged": False}, "resources": {"listChanged": False}}
+        return {"tools": {"listChanged": False}}  # only what is served
 
     def _server_info(self, env: Envelope) -> dict[str, Any]:
         return {"name": f"mcp-gateway/{env.endpoint.name}", "title": f"MCP Gateway: {env.endpoint.name}", "version": __version__}
@@ -233,15 +230,6 @@ class Dispatcher:
 
     async def _ping(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         return {}
-
-    def _empty(self, key: str) -> Callable[[dict[str, Any], Envelope, str], Awaitable[dict[str, Any]]]:
-        async def empty(params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
-            result: dict[str, Any] = {key: []}
-            if version in MODERN_VERSIONS:
-                result.update(ttlMs=LIST_TTL_MS, cacheScope="private")
-            return result
-
-        return empty
 
     async def _tools_list(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         runtime = self.services.runtime

@@ -81,6 +81,7 @@ class Services:
     metrics: Metrics
     workers: int = 1
     port: int = 0
+    host: str = ""  # the address the listener is bound to (mcp-bind_address or --host)
     started_at: float = field(default_factory=time.time)
     handlers: dict[str, EndpointState] = field(default_factory=dict)  # every endpoint, by name
     targets: TargetPools | None = None  # the database targets' pools (backends.pools)

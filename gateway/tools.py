@@ -58,10 +58,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcp_gateway.tools")
 
 
-class ToolInput(BaseModel):
-    """Base for tool arguments: unknown keys are an error, not silently ignored."""
+# Every integer argument has bounds in its model (tests/test_tool_arguments.py checks each tool's
+# published schema); an id or count that reaches SQLite or a database driver fits in 64 bits.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-    model_config = ConfigDict(extra="forbid")
+
+class ToolInput(BaseModel):
+    """Base for tool arguments: unknown keys are an error, not silently ignored; numbers are finite
+    ("NaN" and "Infinity" are refused, not parsed into floats no comparison can bound)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ToolOutput(BaseModel):
@@ -121,6 +127,35 @@ def tool(
         return func
 
     return mark
+
+
+ABBREVIATIONS = frozenset({"e.g.", "i.e.", "vs.", "etc.", "cf.", "approx.", "incl.", "esp."})
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a description's first paragraph, whole: what tables show of a tool.
+
+    A sentence ends at '.', '!' or '?' followed by a space or the end, outside parentheses,
+    brackets and quotes, and not in an ellipsis ("WITH ... SELECT") or after an abbreviation
+    ("vs.", "e.g."); a period inside a word (2.5, rag.get_chunks) ends nothing."""
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    depth, quote = 0, ""
+    for index, char in enumerate(paragraph):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in '"`':
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif char in ".!?" and depth == 0 and paragraph[index + 1 : index + 2] in ("", " "):
+            if char == "." and paragraph[index - 1 : index] == ".":
+                continue  # the end of an ellipsis
+            if paragraph[: index + 1].rsplit(" ", 1)[-1].lower() in ABBREVIATIONS:
+                continue
+            return paragraph[: index + 1]
+    return paragraph if paragraph.endswith((".", "!", "?")) else paragraph + "."
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -215,12 +250,12 @@ class ToolHandler:
 
     # -- what a handler adds to the command line -------------------------------------------
     @classmethod
-    def add_cli(
-        cls, commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
-    ) -> None:
+    def add_cli(cls, commands: argparse._SubParsersAction, *, open_store: Callable[[str | None], ConfigStore]) -> None:
         """Add this endpoint's sub-commands (`mcp-gateway <command> ...`). Each sets `func`
-        (args -> exit status) as gateway.cli's own do; `open_store` opens a data directory's
-        config store with every declared variable and admin table."""
+        (args -> exit status) as gateway.cli's own do. `open_store(args.data_dir)` opens the
+        config store of an existing data directory (--data-dir, default None: ./mcp-gateway-data
+        or the running gateway's) or raises ConfigError saying which --data-dir to pass; a
+        command other than `serve` never creates a data directory."""
 
     @classmethod
     def add_serve_options(cls, serve: argparse.ArgumentParser) -> None:
@@ -305,6 +340,9 @@ class ToolHandler:
             return error_result(DeadlineExceeded(f"{spec.name} did not finish within its deadline"))
         except GatewayError as exc:
             return error_result(exc)
+        except OverflowError:  # a number past what SQLite or a driver holds: a model lacks a bound
+            log.warning("tool %s on /mcp/%s: a number overflowed (a missing bound in its input model?)", spec.name, self.endpoint)
+            return error_result(InvalidArgument(f"a number in the arguments of {spec.name} is out of range"))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug or an untranslated driver error: log it, answer safely

@@ -1,7 +1,8 @@
 """Streamable HTTP, JSON responses: the HTTP half of `POST /mcp/<endpoint>`.
 
-Order of checks, cheapest and least revealing first: endpoint exists (404), method is POST
-(405; OPTIONS answered), Origin allowed (403), bearer token (401), content type (415), body
+Order of checks, cheapest and least revealing first (Host and Origin were checked by gateway.app
+for every path, gateway.host_guard): endpoint exists (404), method is POST
+(405; OPTIONS answered), bearer token (401), content type (415), body
 size (413, before any parsing), JSON (-32700), protocol-version header (400), batch rules
 (400/-32600). Then each message goes to the `Dispatcher`.
 
@@ -55,6 +56,11 @@ class _ClientGone(Exception):
 def _rpc_error(status: int, jsonrpc_code: int, message: str, error_code: str, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
     error = ProtocolError(jsonrpc_code, message, error_code=error_code).to_error()
     return Reply(status, orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error}), headers)
+
+
+def refusal_reply(status: int, message: str) -> Reply:
+    """A request refused before it reaches any endpoint (gateway.host_guard: Host 421, Origin 403)."""
+    return _rpc_error(status, INVALID_REQUEST, message, "UNAUTHORIZED")
 
 
 def not_found_body(path: str, endpoints: list[str]) -> bytes:
@@ -111,15 +117,13 @@ class McpTransport:
         await reply.send(send)
 
     def _refusal(self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str) -> Reply | str:
-        """Everything decided before the body is read: Origin, method, token, switch, content type.
-        The refusal, or (the request may go on) the accepted token's fingerprint."""
+        """Everything decided before the body is read: method, token, switch, content type (Host and
+        Origin were checked by gateway.app). The refusal, or (the request may go on) the accepted
+        token's fingerprint."""
         runtime = self.services.runtime
         variables = runtime.variables  # Runtime.var, minus a call per lookup
-        origin_bytes = headers.get(b"origin")
+        origin_bytes = headers.get(b"origin")  # already checked, with Host, by gateway.host_guard
         origin = None if origin_bytes is None else origin_bytes.decode("latin-1")
-        allowed_origins: tuple[str, ...] = variables["mcp-allowed_origins"]
-        if origin is not None and allowed_origins and origin not in allowed_origins:
-            return _rpc_error(403, INVALID_REQUEST, "Origin not allowed", "UNAUTHORIZED")
         method = scope["method"]
         if method == "OPTIONS":
             cors = [

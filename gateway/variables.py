@@ -98,7 +98,17 @@ CORE_VARIABLES: tuple[Variable, ...] = (
         maximum=64 * 1_048_576,
     ),
     _v(
-        "mcp-allowed_origins", "list", "", "Comma-separated Origin values allowed to call; empty allows requests with any Origin."
+        "mcp-allowed_origins",
+        "list",
+        "",
+        "Comma-separated Origins (scheme://host[:port]) allowed besides loopback ones; a request with another Origin gets 403. * allows any.",
+    ),
+    _v(
+        "mcp-allowed_hosts",
+        "list",
+        "",
+        "Comma-separated Host names (any port) allowed besides localhost, 127.0.0.1 and [::1]; another Host gets 421. "
+        "Empty: enforced only when bound to loopback (any Host is accepted on other binds). * allows any.",
     ),
     _v(
         "mcp-allow_query_token",

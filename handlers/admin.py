@@ -22,6 +22,10 @@ class AdminSqlOut(ToolOutput):
     ok: bool = True
     message: str | None = None
     runtime_version: int | None = None
+    warnings: list[str] | None = Field(
+        default=None,
+        description="LOAD ... TO RUNTIME: what serves but deserves a look (a target whose account can write, a skipped target).",
+    )
     columns: list[str] | None = None
     rows: list[list[Any]] | None = None
     row_count: int | None = None

@@ -25,6 +25,9 @@ class VariableView(ToolOutput):
     description: str
     secret: bool
     restart_required: bool
+    origin: str = Field(
+        description="Where the runtime value comes from: default, disk, environment (MCP_GATEWAY_*), command line (--port, --host), or memory (loaded by an admin, not saved)."
+    )
 
 
 class SetConfigIn(ToolInput):
@@ -88,6 +91,8 @@ class StatusOut(ToolOutput):
     requests_total: float
     failures_total: float
     active_requests: float
+    totals_as_of: float = Field(description="Unix time of the totals: a snapshot taken once a second across workers.")
+    totals_age_s: float = Field(description="How old the totals are, in seconds.")
 
 
 class ConfigHandler(ToolHandler):
@@ -109,6 +114,7 @@ class ConfigHandler(ToolHandler):
             description=decl.help,
             secret=decl.secret,
             restart_required=decl.restart_required,
+            origin=ctx.runtime.origins.get(name, "default"),
         )
 
     @staticmethod
@@ -183,10 +189,12 @@ class ConfigHandler(ToolHandler):
         return ReloadOut(scope=args.scope, modules=modules, runtime_version=version)
 
     @tool("get_status", title="Server status", read_only=True)
-    def get_status(self, args: StatusIn, ctx: CallContext) -> StatusOut:
-        """Version, uptime, port, workers, endpoints (token configured? handler up?), request and failure totals across workers."""
+    async def get_status(self, args: StatusIn, ctx: CallContext) -> StatusOut:
+        """Report the version, uptime, port, workers, endpoints (token configured? handler up?) and request and failure totals across workers.
+
+        Cheap enough for health checkers: the totals are a snapshot taken once a second (totals_age_s says how old)."""
         services = self.services
-        totals = services.metrics.totals()
+        taken_at, totals = services.metrics.totals_snapshot()  # no I/O: runs inline, like get_config
         endpoints = [
             EndpointStatus(
                 endpoint=name,
@@ -207,4 +215,6 @@ class ConfigHandler(ToolHandler):
             requests_total=totals["requests_total"],
             failures_total=totals["failures_total"],
             active_requests=totals["inflight"],
+            totals_as_of=round(taken_at, 3),
+            totals_age_s=round(max(0.0, time.time() - taken_at), 3),
         )
