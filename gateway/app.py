@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from gateway import auth, tls
+from gateway import auth, tls, workers
 from gateway.assembly import close_backends, handler_classes, open_store, share_backends
 from gateway.errors import GatewayError
 from gateway.metrics import Metrics
@@ -74,6 +74,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
                 metrics.handler_up.labels(handler.endpoint).set(0)
         app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
+        await anyio.to_thread.run_sync(workers.applied, store, services.runtime.version)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
             tasks.start_soon(_flush_stats, services)
@@ -81,6 +82,8 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
             tasks.cancel_scope.cancel()
         metrics.flush()
         await anyio.to_thread.run_sync(services.stats.flush)
+        await anyio.to_thread.run_sync(services.token_use.flush, store)
+        await anyio.to_thread.run_sync(workers.leave, store)
         for handler in handlers:
             with contextlib.suppress(Exception):
                 await handler.close()
@@ -156,6 +159,7 @@ async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> No
             if tls.ACTIVE_CONTEXTS:
                 cert, key = tls.resolve_material(services.data_dir, new.var("mcp-ssl_cert"), new.var("mcp-ssl_key"))
                 await anyio.to_thread.run_sync(tls.reload_contexts, cert, key)
+            await anyio.to_thread.run_sync(workers.applied, store, new.version)  # a waiting LOAD may answer now
             services.metrics.runtime_version.set(new.version)
             log.info("runtime version %s applied", new.version)
         except Exception:
@@ -173,6 +177,7 @@ async def _flush_stats(services: Services) -> None:
                 log.exception("folding metrics failed; retrying")
         try:
             await anyio.to_thread.run_sync(services.stats.flush)
+            await anyio.to_thread.run_sync(services.token_use.flush, services.store)
             services.metrics.sample_process()
         except Exception:
             log.exception("flushing tool statistics failed; retrying")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
+from gateway.tokens import TokenUse
 
 if TYPE_CHECKING:
     import apsw
@@ -87,3 +88,5 @@ class Services:
     rag_index: SearchIndex | None = None
     rag_embedder: Embedder | None = None
     rag_jobs: SyncJobs | None = None
+    token_use: TokenUse = field(default_factory=TokenUse)  # last use of each token, until the next flush
+    result_cache: Any = None  # the query result cache (issue 14): clear(target_id=None) -> int
