@@ -139,7 +139,14 @@ def processes(target: Target, conn: Any) -> list[Process]:
             found = cur.fetchall()
         return [
             Process(
-                int(r[0]), r[1] or "", r[2] or "", r[3] or "", f"{r[4]}: {r[5] or ''}".strip(": "), float(r[6] or 0), r[7] or ""
+                process_id=int(r[0]),
+                user=r[1] or "",
+                host=r[2] or "",
+                database=r[3] or "",
+                state=f"{r[4]}: {r[5] or ''}".strip(": "),
+                time_s=float(r[6] or 0),
+                statement=r[7] or "",
+                started_at=float(r[8] or 0),
             )
             for r in found
         ]
