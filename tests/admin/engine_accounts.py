@@ -38,6 +38,9 @@ class Engine:
     def run_as_other(self, username: str, password: str, started: threading.Event) -> None:
         raise NotImplementedError
 
+    def cancel_matching(self, marker: str) -> None:
+        raise NotImplementedError
+
 
 class Mariadb(Engine):
     protocol = "mysql"
@@ -99,6 +102,14 @@ class Mariadb(Engine):
         for (pid,) in self.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s", (username,)):
             with contextlib.suppress(pymysql.err.MySQLError):
                 self.execute(f"KILL {int(pid)}")
+
+    def cancel_matching(self, marker: str) -> None:
+        """Cancel any statement containing `marker` (a failed test must not leave a cross join running)."""
+        for (pid,) in self.execute(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE %s AND ID <> CONNECTION_ID()", (f"%{marker}%",)
+        ):
+            with contextlib.suppress(pymysql.err.MySQLError):
+                self.execute(f"KILL QUERY {int(pid)}")
 
     def drop(self, username: str) -> None:
         self.execute("DROP USER IF EXISTS %s@'%%'", (username,))
@@ -163,6 +174,12 @@ class Postgres(Engine):
 
     def stop_other(self, username: str) -> None:
         self.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (username,))
+
+    def cancel_matching(self, marker: str) -> None:
+        self.execute(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()",
+            (f"%{marker}%",),
+        )
 
     def drop(self, username: str) -> None:
         if self.exists(username):
