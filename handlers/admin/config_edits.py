@@ -290,4 +290,6 @@ def _shown(store: ConfigStore, module_name: str, row: dict[str, Any] | None) -> 
     if "db_password" in row:
         del shown["db_password"]
         shown["password_source"] = password_source(row["db_password"])
+    if isinstance(shown.get("privilege_warnings"), str):  # runtime rows keep it as JSON text
+        shown["privilege_warnings"] = json.loads(shown["privilege_warnings"])
     return shown

@@ -134,6 +134,7 @@ def test_admin_lifecycle_through_the_sdk(pg_items: dict) -> None:
 
             row = anyio.run(after_restart)
             assert row["runtime"]["effective"] == 1 and not row["pending_load"] and not row["pending_save"]
+            assert any("superuser" in warning for warning in row["runtime"]["privilege_warnings"])  # the postgres account
             with again.client() as http:
                 assert ok(
                     http, again, "query", "run_sql_readonly", {"sql": "SELECT count(*) AS n FROM items", "target_id": target_id}
