@@ -32,6 +32,11 @@ def leave(store: ConfigStore) -> None:
     store.conn().execute("DELETE FROM runtime_workers WHERE pid = ?", (os.getpid(),))
 
 
+def forget_all(store: ConfigStore) -> None:
+    """At start, before any worker: a pid of the last run may belong to another process now."""
+    store.conn().execute("DELETE FROM runtime_workers")
+
+
 def serving(store: ConfigStore) -> dict[int, int]:
     """pid -> version of every live worker (rows of dead ones are removed)."""
     conn = store.conn()

@@ -13,7 +13,11 @@ password included), only their code.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import hmac
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -120,6 +124,25 @@ def _scrub(text: str, secrets: tuple[str, ...]) -> str:
         if secret:
             text = text.replace(secret, "********")
     return text
+
+
+# -- passwords: sent as the server stores them, so the plain text is in no statement (logs, process lists)
+
+
+def mysql_native_hash(password: str) -> str:
+    """mysql_native_password's stored form: '*' + hex(SHA1(SHA1(password)))."""
+    return "*" + hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest().upper()  # noqa: S324 - the protocol's own
+
+
+def scram_sha_256(password: str, *, iterations: int = 4096, salt: bytes | None = None) -> str:
+    """PostgreSQL's stored SCRAM-SHA-256 verifier (RFC 5802/7677), as `CREATE ROLE ... PASSWORD` accepts it."""
+    salt = salt or os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    b64 = base64.b64encode
+    return f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}${b64(stored_key).decode()}:{b64(server_key).decode()}"
 
 
 # -- processes --------------------------------------------------------------------------------------
@@ -255,7 +278,7 @@ def create_user(target: Target, conn: Any, *, username: str, password: str, host
         scope = _mysql_scope(target, "*") if read_only else ""
         try:
             with conn.cursor() as cur:
-                cur.execute("CREATE USER %s@%s IDENTIFIED BY %s", (username, host, password))
+                cur.execute("CREATE USER %s@%s IDENTIFIED BY PASSWORD %s", (username, host, mysql_native_hash(password)))
         except Exception as exc:
             raise translate(exc, needs="the CREATE USER privilege", secrets=secrets) from exc
         if not read_only:
@@ -272,7 +295,7 @@ def create_user(target: Target, conn: Any, *, username: str, password: str, host
     try:
         with conn.transaction():
             role = sql.Identifier(username)
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(password)))
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(scram_sha_256(password))))
             if not read_only:
                 return []
             _pg_grant(conn, username, ["SELECT"], schema, None)
