@@ -278,7 +278,10 @@ def create_user(target: Target, conn: Any, *, username: str, password: str, host
         scope = _mysql_scope(target, "*") if read_only else ""
         try:
             with conn.cursor() as cur:
-                cur.execute("CREATE USER %s@%s IDENTIFIED BY PASSWORD %s", (username, host, mysql_native_hash(password)))
+                if "mariadb" in conn.get_server_info().lower():
+                    cur.execute("CREATE USER %s@%s IDENTIFIED BY PASSWORD %s", (username, host, mysql_native_hash(password)))
+                else:  # MySQL 8 dropped IDENTIFIED BY PASSWORD; its default plugin salts the hash itself
+                    cur.execute("CREATE USER %s@%s IDENTIFIED BY %s", (username, host, password))
         except Exception as exc:
             raise translate(exc, needs="the CREATE USER privilege", secrets=secrets) from exc
         if not read_only:
