@@ -406,7 +406,17 @@ CREATE TABLE IF NOT EXISTS mcp_tokens (
 
 -- The runtime version each worker serves (gateway/workers.py): a LOAD answers once all do.
 CREATE TABLE IF NOT EXISTS runtime_workers (
-    pid        INTEGER PRIMARY KEY NOT NULL,
-    version    INTEGER NOT NULL,
-    applied_at REAL NOT NULL
+    pid          INTEGER PRIMARY KEY NOT NULL,
+    version      INTEGER NOT NULL,
+    applied_at   REAL NOT NULL,
+    flushed_upto INTEGER NOT NULL DEFAULT 0  -- the last cache_flush_requests id it carried out
+);
+
+-- admin_flush_cache requests: every worker carries each out on its next poll (caches are per process).
+CREATE TABLE IF NOT EXISTS cache_flush_requests (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    cache_types  TEXT NOT NULL,                -- comma separated
+    target_id    TEXT,                         -- query_results: one target's entries; NULL: all
+    requested_at REAL NOT NULL,
+    dropped_json TEXT NOT NULL DEFAULT '{}'    -- cache type -> entries dropped, summed over the workers
 );

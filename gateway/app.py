@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -135,12 +136,18 @@ def _safe_reason(exc: Exception) -> str:
 
 
 async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> None:
-    """Poll runtime_state.version; on change swap the snapshot and tell the pools, handlers and TLS."""
+    """Poll runtime_state.version; on change swap the snapshot and tell the pools, handlers and TLS.
+    Carry out cache flush requests (gateway.workers) on the same poll."""
     store = services.store
     services.metrics.runtime_version.set(services.runtime.version)
+    flushed = await anyio.to_thread.run_sync(workers.flushed_upto, store)  # where applied() started this worker
     while True:
         await asyncio.sleep(RUNTIME_POLL_S)
         try:
+            if await anyio.to_thread.run_sync(workers.latest_flush, store) > flushed:  # admin_flush_cache
+                flushed = await anyio.to_thread.run_sync(
+                    functools.partial(workers.carry_out_flushes, store, services.cache_flushers, after=flushed)
+                )
             version = await anyio.to_thread.run_sync(store.runtime_version)
             if version == services.runtime.version:
                 continue

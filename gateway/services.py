@@ -11,7 +11,7 @@ never through handlers.rag's modules.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -89,4 +89,6 @@ class Services:
     rag_embedder: Embedder | None = None
     rag_jobs: SyncJobs | None = None
     token_use: TokenUse = field(default_factory=TokenUse)  # last use of each token, until the next flush
-    result_cache: Any = None  # the query result cache (issue 14): clear(target_id=None) -> int
+    # admin_flush_cache{cache_type}: what each kind of cache clears in this process, given a
+    # target_id or None, returning the entries dropped (gateway.workers runs them in every worker).
+    cache_flushers: dict[str, Callable[[str | None], int]] = field(default_factory=dict)

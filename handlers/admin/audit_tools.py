@@ -7,11 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from backends import readonly
-from gateway import audit
+from gateway import audit, workers
 from gateway.errors import InvalidArgument, Unavailable
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.admin.base import AdminBase
+
+FLUSH_WAIT_S = 2.0
 
 
 class AuditIn(ToolInput):
@@ -49,9 +50,9 @@ class FlushCacheIn(ToolInput):
 
 
 class FlushCacheOut(ToolOutput):
-    flushed: dict[str, int] = Field(description="Entries dropped per cache.")
-    skipped: list[str] = Field(description="Caches cache_type=all named that this gateway does not have.")
-    scope: str = Field(description="Which processes the flush reached.")
+    flushed: dict[str, int] = Field(description="Entries dropped per cache, over all workers.")
+    workers_flushed: int = Field(description="Workers that flushed before the call answered (at most 2 s).")
+    workers: int = Field(description="Workers alive.")
 
 
 def _since(value: float | str) -> float:
@@ -72,23 +73,18 @@ class AuditTools(AdminBase):
 
     @tool("admin_flush_cache", title="Flush caches", read_only=False, destructive=True, idempotent=True)
     def flush_cache(self, args: FlushCacheIn, ctx: CallContext) -> FlushCacheOut:
-        """Flush the query result cache and/or the read-only checker's statement-shape caches; entries are rebuilt on demand."""
-        flushed: dict[str, int] = {}
-        skipped: list[str] = []
+        """Flush the query result cache and/or the read-only checker's statement-shape caches in every worker; entries are rebuilt on demand."""
+        flushers = self.services.cache_flushers
         with self.audited(ctx, args.model_dump()) as entry:
-            if args.cache_type in ("query_results", "all"):
-                cache = self.services.result_cache
-                if cache is not None:
-                    flushed["query_results"] = int(cache.clear(target_id=args.target_id))
-                elif args.cache_type == "query_results":
-                    raise Unavailable("query_results: this gateway has no query result cache (it arrives with the cache feature)")
-                else:
-                    skipped.append("query_results: this gateway has no query result cache")
-            if args.cache_type in ("readonly_shapes", "all"):
-                flushed["readonly_shapes"] = readonly.clear_caches()
-            entry.after = {"flushed": flushed, "skipped": skipped}
-        return FlushCacheOut(
-            flushed=flushed,
-            skipped=skipped,
-            scope="readonly_shapes: the worker that served this call (each worker's cache refills on its own); query_results: shared",
-        )
+            wanted = sorted(flushers) if args.cache_type == "all" else [args.cache_type]
+            missing = [kind for kind in wanted if kind not in flushers]
+            if missing:
+                raise Unavailable(
+                    f"{missing[0]}: this gateway has no such cache (the query result cache arrives with the cache feature)"
+                )
+            request_id = workers.request_flush(self.store, wanted, args.target_id)
+            if not workers.serving(self.store):  # no worker follows requests (the tools run in-process): here
+                workers.carry_out_flushes(self.store, flushers, after=request_id - 1)
+            done, alive, dropped = workers.wait_flushed(self.store, request_id, timeout_s=FLUSH_WAIT_S)
+            entry.after = {"flushed": dropped, "workers_flushed": done, "workers": alive}
+        return FlushCacheOut(flushed={kind: dropped.get(kind, 0) for kind in wanted}, workers_flushed=done, workers=alive)

@@ -96,6 +96,9 @@ def test_admin_lifecycle_through_the_sdk(pg_items: dict) -> None:
                 )
                 assert rows["rows"] == [[5]]
         print(f"load_to_runtime answered in {seen['load_s']:.3f} s with {WORKERS} workers serving")
+        with gateway.client() as http:  # those statements filled the read-only checker's caches of both workers
+            flushed = ok(http, gateway, "admin", "admin_flush_cache", {"cache_type": "readonly_shapes"})
+            assert flushed["workers_flushed"] == flushed["workers"] == WORKERS and flushed["flushed"]["readonly_shapes"] >= 2
 
         async def invalid_edits() -> None:
             async with sdk(gateway, "admin") as admin:
@@ -215,7 +218,9 @@ def test_flush_cache(gateway_admin: GatewayProcess) -> None:
     with gateway_admin.client() as http:
         ok(http, gateway_admin, "query", "list_targets", {})
         flushed = ok(http, gateway_admin, "admin", "admin_flush_cache", {"cache_type": "readonly_shapes"})
-        assert "readonly_shapes" in flushed["flushed"]
+        assert flushed["workers_flushed"] == flushed["workers"] == 1 and "readonly_shapes" in flushed["flushed"]
+        again = ok(http, gateway_admin, "admin", "admin_flush_cache", {"cache_type": "readonly_shapes"})
+        assert again["flushed"]["readonly_shapes"] == 0  # nothing cached since
         everything = ok(http, gateway_admin, "admin", "admin_flush_cache", {"cache_type": "all"})
         assert "readonly_shapes" in everything["flushed"]
         result = post_rpc(
