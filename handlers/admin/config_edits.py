@@ -213,7 +213,7 @@ class ConfigEditTools(AdminBase):
             auth_profiles=self._layered(PROFILES, "mcp_auth_profiles"),
         )
 
-    @tool("admin.upsert_target_profile", title="Add or change a target", read_only=False, idempotent=True)
+    @tool("admin.upsert_target_profile", title="Add or change a target", read_only=False, destructive=True, idempotent=True)
     def upsert_target_profile(self, args: TargetProfileIn, ctx: CallContext) -> EditOut:
         """Add a target profile or change the given fields of one, in the memory layer, validated as LOAD MCP PROFILES would."""
         return self._edit(ctx, PROFILES, "mcp_target_profiles", args)
@@ -223,7 +223,7 @@ class ConfigEditTools(AdminBase):
         """Delete a target profile from the memory layer (the runtime serves it until the next load)."""
         return self._delete(ctx, PROFILES, "mcp_target_profiles", {"target_id": args.target_id})
 
-    @tool("admin.upsert_auth_profile", title="Add or change credentials", read_only=False, idempotent=True)
+    @tool("admin.upsert_auth_profile", title="Add or change credentials", read_only=False, destructive=True, idempotent=True)
     def upsert_auth_profile(self, args: AuthProfileIn, ctx: CallContext) -> EditOut:
         """Add an auth profile (database credentials) or change the given fields of one, in the memory layer.
 
@@ -255,7 +255,7 @@ class ConfigEditTools(AdminBase):
         """List MCP query rules with their memory, runtime and disk rows side by side, in rule_id order."""
         return ListRowsOut(rows=sorted(self._layered(RULES, "mcp_query_rules"), key=lambda r: int(r.key)))
 
-    @tool("admin.upsert_query_rule", title="Add or change a query rule", read_only=False, idempotent=True)
+    @tool("admin.upsert_query_rule", title="Add or change a query rule", read_only=False, destructive=True, idempotent=True)
     def upsert_query_rule(self, args: QueryRuleIn, ctx: CallContext) -> EditOut:
         """Add a query rule or change the given fields of one, in the memory layer, validated as LOAD MCP QUERY RULES would (the regex must compile)."""
         return self._edit(ctx, RULES, "mcp_query_rules", args)
@@ -270,7 +270,7 @@ class ConfigEditTools(AdminBase):
         """List RAG sources with their memory, runtime and disk rows side by side (embedding API keys masked)."""
         return ListRowsOut(rows=self._layered(SOURCES, "rag_sources"))
 
-    @tool("admin.upsert_rag_source", title="Add or change a RAG source", read_only=False, idempotent=True)
+    @tool("admin.upsert_rag_source", title="Add or change a RAG source", read_only=False, destructive=True, idempotent=True)
     def upsert_rag_source(self, args: RagSourceIn, ctx: CallContext) -> EditOut:
         """Add a RAG source (by name) or change the given fields of one, in the memory layer, validated as LOAD RAG SOURCES would."""
         json_columns = ("doc_map_json", "chunking_json", "embedding_json")

@@ -127,14 +127,14 @@ class LayerTools(AdminBase):
             entry.after = out.model_dump(exclude_none=True)
             return out
 
-    @tool("admin.load_to_runtime", title="Apply memory to runtime", read_only=False, idempotent=True)
+    @tool("admin.load_to_runtime", title="Apply memory to runtime", read_only=False, destructive=True, idempotent=True)
     def load_to_runtime(self, args: ModuleIn, ctx: CallContext) -> LayerOut:
         """LOAD <module> TO RUNTIME: validate the memory layer and serve it on every worker; an invalid module changes nothing.
 
         Answers once every worker serves the new version (at most 2 s; workers_applied says)."""
         return self._verb(ctx, args.module, "load_to_runtime")
 
-    @tool("admin.save_to_disk", title="Save memory to disk", read_only=False, idempotent=True)
+    @tool("admin.save_to_disk", title="Save memory to disk", read_only=False, destructive=True, idempotent=True)
     def save_to_disk(self, args: ModuleIn, ctx: CallContext) -> LayerOut:
         """SAVE <module> TO DISK: copy the memory layer to disk so it survives a restart."""
         return self._verb(ctx, args.module, "save_to_disk")
