@@ -435,4 +435,50 @@ CREATE TABLE IF NOT EXISTS variable_overrides (
     variable_name  TEXT PRIMARY KEY NOT NULL,
     variable_value TEXT NOT NULL,
     origin         TEXT NOT NULL             -- environment | command line
+
+-- @section admin_state
+-- config.db only (not the disk layer): state the gateway keeps about its own administration.
+
+-- The audit trail (gateway/audit.py): every admin change and its outcome, secrets masked.
+-- Bounded by admin-audit_retention_days and admin-audit_max_rows (pruned on insert).
+CREATE TABLE IF NOT EXISTS mcp_audit_log (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    at                REAL NOT NULL,               -- unix time
+    endpoint          TEXT NOT NULL,               -- admin, config, or cli (admin.sql on a stopped gateway)
+    token_fingerprint TEXT NOT NULL DEFAULT '',    -- the caller's token, as gateway/tokens.py prints it
+    client            TEXT NOT NULL DEFAULT '',    -- the caller's address
+    action            TEXT NOT NULL,               -- the tool, or admin.sql
+    arguments         TEXT NOT NULL DEFAULT '{}',  -- JSON
+    before            TEXT,                        -- JSON: the value(s) the change replaced
+    after             TEXT,                        -- JSON: the value(s) it left
+    outcome           TEXT NOT NULL,               -- ok, or the error code
+    message           TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS mcp_audit_log_at ON mcp_audit_log (at);
+
+-- Bearer token metadata (gateway/tokens.py); the tokens themselves stay in mcp-*_endpoint_auth.
+CREATE TABLE IF NOT EXISTS mcp_tokens (
+    endpoint     TEXT NOT NULL,
+    fingerprint  TEXT NOT NULL,        -- first 12 hex digits of the token's SHA-256
+    created_at   REAL,                 -- NULL: configured by hand (bootstrap file, SET)
+    created_by   TEXT NOT NULL DEFAULT '',  -- fingerprint of the admin token that rotated it in
+    last_used_at REAL,                 -- written with the periodic flush, not per request
+    PRIMARY KEY (endpoint, fingerprint)
+);
+
+-- The runtime version each worker serves (gateway/workers.py): a LOAD answers once all do.
+CREATE TABLE IF NOT EXISTS runtime_workers (
+    pid          INTEGER PRIMARY KEY NOT NULL,
+    version      INTEGER NOT NULL,
+    applied_at   REAL NOT NULL,
+    flushed_upto INTEGER NOT NULL DEFAULT 0  -- the last cache_flush_requests id it carried out
+);
+
+-- admin_flush_cache requests: every worker carries each out on its next poll (caches are per process).
+CREATE TABLE IF NOT EXISTS cache_flush_requests (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    cache_types  TEXT NOT NULL,                -- comma separated
+    target_id    TEXT,                         -- query_results: one target's entries; NULL: all
+    requested_at REAL NOT NULL,
+    dropped_json TEXT NOT NULL DEFAULT '{}'    -- cache type -> entries dropped, summed over the workers
 );

@@ -383,6 +383,16 @@ _shapes: dict[tuple[str, str, int | None], _Template | None] = {}
 _shapes_lock = threading.Lock()  # for writers; readers need none
 
 
+def clear_caches() -> int:
+    """Empty this process's statement caches (checked statements and shape templates); they
+    refill on demand. Returns how many entries were dropped (admin_flush_cache)."""
+    with _shapes_lock:
+        dropped = len(_shapes) + _check_cached.cache_info().currsize
+        _shapes.clear()
+        _check_cached.cache_clear()
+    return dropped
+
+
 @dataclass(frozen=True)
 class _Template:
     parts: tuple[str, ...]  # regenerated text between the literal slots (one more than slots)

@@ -186,7 +186,12 @@ class ReadOnlySql:
         if self.evidence is not None:
             text = normalize_text(sql)
             self.evidence.event(
-                "sql_refused", endpoint=ctx.endpoint, tool=tool_name, token_fp=ctx.token_fp, digest=digest_of(text), text=text
+                "sql_refused",
+                endpoint=ctx.endpoint,
+                tool=tool_name,
+                token_fp=ctx.token_fingerprint,
+                digest=digest_of(text),
+                text=text,
             )
 
     def _maybe_flush(self) -> None:

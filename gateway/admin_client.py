@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from gateway import sqlite
+from gateway import audit, sqlite
 from gateway.admin_sql import AdminSQL
 from gateway.assembly import open_store
 from gateway.pids import pid_alive
@@ -29,7 +29,7 @@ def run_admin_statement(data_dir: Path, statement: str) -> dict[str, Any]:
     store = open_store(data_dir)
     state = _running(data_dir)
     if state is None:
-        result = AdminSQL(store).execute(statement)
+        result = AdminSQL(store).execute(statement, actor=audit.CLI_ACTOR)  # audited like the endpoint's
         result["via"] = f"data directory {data_dir} (no gateway running: LOAD ... TO RUNTIME takes effect at its next start)"
         return result
     tokens = (

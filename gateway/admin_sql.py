@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import apsw
 
-from gateway import sqlite
+from gateway import audit, sqlite
 from gateway.errors import InvalidArgument
 from gateway.store import ConfigStore
 from gateway.variables import MASK
@@ -69,8 +70,39 @@ class AdminSQL:
         self.secret_variables = sorted(name for name, v in store.variables.items() if v.secret)
         assert all(re.fullmatch(r"[a-z0-9_.\-]+", n) for n in self.secret_variables)
 
-    def execute(self, statement: str, *, max_rows: int = DEFAULT_MAX_ROWS) -> dict[str, Any]:
+    def execute(
+        self,
+        statement: str,
+        *,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        actor: audit.Actor | None = None,
+        secrets: Iterable[str] = (),
+        runtime_variables: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Run one statement. With an `actor`, every statement but a plain SELECT is written to
+        the audit trail, refused ones included, its literals masked where it touches a secret."""
         statement = statement.strip()
+        if actor is None or statement[:6].upper() == "SELECT":
+            return self._execute(statement, max_rows=max_rows)
+        with audit.audited(
+            self.store,
+            actor,
+            "admin.sql",
+            {"statement": self._shown(statement)},
+            secrets=secrets,
+            runtime_variables=runtime_variables,
+        ) as entry:
+            result = self._execute(statement, max_rows=max_rows)
+            entry.after = {k: result[k] for k in ("changes", "runtime_version", "message") if result.get(k) is not None}
+            return result
+
+    def _shown(self, statement: str) -> str:
+        """The statement as the audit trail keeps it: a secret variable's new value masked."""
+        if (set_match := SET.match(statement)) and (decl := self.store.variables.get(set_match.group(1))) and decl.secret:
+            return f"SET {set_match.group(1)} = '{MASK}'"
+        return audit.mask_sql(statement)
+
+    def _execute(self, statement: str, *, max_rows: int) -> dict[str, Any]:
         if not statement:
             raise InvalidArgument("empty statement")
         if verb := VERB.match(statement):
@@ -163,6 +195,7 @@ class AdminSQL:
                 or table in self.runtime_tables
                 or table.startswith("stats_")
                 or table in ("runtime_state", "sqlite_master", "sqlite_schema")
+                or table in ("mcp_audit_log", "mcp_tokens", "runtime_workers")  # read-only: never in memory_tables
             )
             return apsw.SQLITE_OK if readable else apsw.SQLITE_DENY
         if op in (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from gateway import auth, tls
+from gateway import auth, tls, workers
 from gateway.assembly import close_backends, handler_classes, open_store, share_backends
 from gateway.errors import GatewayError
 from gateway.evidence import EvidenceRecorder
@@ -84,6 +85,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         await anyio.to_thread.run_sync(_export_certificate, services)
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
         await anyio.to_thread.run_sync(metrics.refresh_totals)  # get_status's first snapshot
+        await anyio.to_thread.run_sync(workers.applied, store, services.runtime.version)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
             tasks.start_soon(_flush_stats, services)
@@ -91,6 +93,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
             tasks.cancel_scope.cancel()
         metrics.flush()
         await anyio.to_thread.run_sync(_flush_counters, services)
+        await anyio.to_thread.run_sync(workers.leave, store)
         for handler in handlers:
             with contextlib.suppress(Exception):
                 await handler.close()
@@ -171,12 +174,18 @@ def _safe_reason(exc: Exception) -> str:
 
 
 async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> None:
-    """Poll runtime_state.version; on change swap the snapshot and tell the pools, handlers and TLS."""
+    """Poll runtime_state.version; on change swap the snapshot and tell the pools, handlers and TLS.
+    Carry out cache flush requests (gateway.workers) on the same poll."""
     store = services.store
     services.metrics.runtime_version.set(services.runtime.version)
+    flushed = await anyio.to_thread.run_sync(workers.flushed_upto, store)  # where applied() started this worker
     while True:
         await asyncio.sleep(RUNTIME_POLL_S)
         try:
+            if await anyio.to_thread.run_sync(workers.latest_flush, store) > flushed:  # admin_flush_cache
+                flushed = await anyio.to_thread.run_sync(
+                    functools.partial(workers.carry_out_flushes, store, services.cache_flushers, after=flushed)
+                )
             version = await anyio.to_thread.run_sync(store.runtime_version)
             if version == services.runtime.version:
                 continue
@@ -199,6 +208,7 @@ async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> No
                 # thread) failed. Two small PEM files: well under a millisecond.
                 tls.reload_contexts(cert, key)
                 await anyio.to_thread.run_sync(_export_certificate, services)
+            await anyio.to_thread.run_sync(workers.applied, store, new.version)  # a waiting LOAD may answer now
             services.metrics.runtime_version.set(new.version)
             log.info("runtime version %s applied", new.version)
         except Exception:
@@ -239,6 +249,7 @@ async def _flush_stats(services: Services) -> None:
 def _flush_counters(services: Services) -> None:
     """The tool counters and the evidence, into config.db (about once a second, and at shutdown)."""
     services.stats.flush()
+    services.token_use.flush(services.store)
     if services.evidence is not None:
         services.evidence.retention_s = services.runtime.var("mcp-evidence_retention_s")
         services.evidence.flush()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from backends import readonly
 from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
 from backends.pools import TargetPools
 from backends.sql import ReadOnlySql
@@ -49,6 +50,7 @@ def share_backends(services: Services) -> None:
     SQL path over them. Before any handler is constructed; the app closes them after the last."""
     services.targets = TargetPools(services.runtime)
     services.sql = ReadOnlySql(services.targets, services.store, evidence=services.evidence)
+    services.cache_flushers["readonly_shapes"] = lambda _target_id: readonly.clear_caches()
 
 
 def close_backends(services: Services) -> None:

@@ -32,6 +32,7 @@ from gateway.errors import (
     ProtocolError,
     Unavailable,
 )
+from gateway.tokens import fingerprint
 from gateway.tools import error_result
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Envelope(NamedTuple):  # a tuple: built once per request, cheaper than a f
     header_version: str | None  # MCP-Protocol-Version, if sent
     headers: Mapping[bytes, bytes]  # as the ASGI scope has them: names lowercased, not decoded
     client: str
-    token_fp: str = ""  # gateway.auth.token_fingerprint of the accepted bearer token
+    token: str = ""  # the bearer token the caller was admitted with
 
 
 def _b64_header(value: str | None) -> str | None:
@@ -264,7 +265,13 @@ class Dispatcher:
             raise ProtocolError(INVALID_PARAMS, "arguments must be an object")
         if env.endpoint.down_reason:
             return error_result(Unavailable(f"/mcp/{env.endpoint.name} is unavailable: {env.endpoint.down_reason}"))
-        ctx = handler.context(spec, self.services.runtime, protocol_version=version, client=env.client, token_fp=env.token_fp)
+        ctx = handler.context(
+            spec,
+            self.services.runtime,
+            protocol_version=version,
+            client=env.client,
+            token_fingerprint=fingerprint(env.token) if env.token else "",
+        )
         return await handler.execute_tool(spec, arguments, ctx)
 
 

@@ -11,13 +11,14 @@ never through handlers.rag's modules.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
+from gateway.tokens import TokenUse
 
 if TYPE_CHECKING:
     import apsw
@@ -90,3 +91,7 @@ class Services:
     rag_index: SearchIndex | None = None
     rag_embedder: Embedder | None = None
     rag_jobs: SyncJobs | None = None
+    token_use: TokenUse = field(default_factory=TokenUse)  # last use of each token, until the next flush
+    # admin_flush_cache{cache_type}: what each kind of cache clears in this process, given a
+    # target_id or None, returning the entries dropped (gateway.workers runs them in every worker).
+    cache_flushers: dict[str, Callable[[str | None], int]] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway import sqlite
+from gateway import sqlite, workers
 from gateway.assembly import endpoints, open_store
 from gateway.errors import ConfigError
 from gateway.store import ConfigStore
@@ -77,6 +77,7 @@ def prepare(
 ) -> Prepared:
     store = open_store(data_dir)
     fresh = store.initialize()
+    workers.forget_all(store)  # rows of a previous run: no worker of this one serves yet
     if config_file is not None and (fresh or reload_config):
         with open(config_file, "rb") as fh:
             seed_disk(store, tomllib.load(fh))

@@ -51,6 +51,9 @@ class ConfigModule:
     runtime_tables: tuple[str, ...] = ()  # defaults to runtime_<table> for each table
     secret_columns: tuple[str, ...] = ()  # read as NULL through admin.sql (e.g. db_password)
     warnings: WarningsFn | None = None  # LOAD ... TO RUNTIME answers (and logs) these
+    # Checks memory rows as build does, minus build's side effects (connecting to a target):
+    # what a structured edit runs before it commits. None: build itself is side-effect free.
+    validate: BuildFn | None = None
 
 
 def _build_variables(
@@ -109,6 +112,11 @@ class ConfigStore:
             for statement in sqlite.iter_statements(ddl):
                 conn.execute(statement)
             add_missing_columns(conn, ddl)
+            if path == self.config_path:  # the audit trail, token metadata, workers: not layered
+                state = sqlite.schema_section("admin_state")
+                for statement in sqlite.iter_statements(state):
+                    conn.execute(statement)
+                add_missing_columns(conn, state)
             conn.close()
             os.chmod(path, 0o600)
         conn = self.conn()

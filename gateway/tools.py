@@ -286,7 +286,7 @@ class ToolHandler:
 
     # -- execution -------------------------------------------------------------------------
     def context(
-        self, spec: ToolSpec, runtime: Runtime, *, protocol_version: str = "", client: str = "", token_fp: str = ""
+        self, spec: ToolSpec, runtime: Runtime, *, protocol_version: str = "", client: str = "", token_fingerprint: str = ""
     ) -> CallContext:
         """The context of one call, with its deadline: the one place a deadline is set."""
         variables = runtime.variables
@@ -300,7 +300,7 @@ class ToolHandler:
             deadline=time.monotonic() + timeout_ms / 1000,
             protocol_version=protocol_version,
             client=client,
-            token_fp=token_fp,
+            token_fingerprint=token_fingerprint,
         )
 
     async def execute_tool(self, spec: ToolSpec, arguments: dict[str, Any], ctx: CallContext) -> dict[str, Any]:

@@ -94,11 +94,8 @@ class McpTransport:
         headers: dict[bytes, bytes] = dict(scope["headers"])
         client = scope["client"][0] if scope.get("client") else "unknown"
         request_bytes = -1
-        checked = self._refusal(scope, endpoint, headers, client)
-        if isinstance(checked, Reply):
-            reply = checked
-        else:
-            token_fp = checked
+        refusal = self._refusal(scope, endpoint, headers, client)
+        if isinstance(refusal, str):  # admitted, with this token
             limit: int = self.services.runtime.variables["mcp-max_request_bytes"]
             try:
                 body = await _read_body(receive, headers.get(b"content-length"), limit)
@@ -112,14 +109,15 @@ class McpTransport:
                 request_bytes = len(body)
                 version = headers.get(b"mcp-protocol-version")
                 version_text = None if version is None else version.decode("latin-1")
-                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client, token_fp))
+                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client, refusal))
+        else:
+            reply = refusal
         self.metrics.exchange(name, reply.status, request_bytes, len(reply.body) if reply.answer else -1)
         await reply.send(send)
 
     def _refusal(self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str) -> Reply | str:
-        """Everything decided before the body is read: method, token, switch, content type (Host and
-        Origin were checked by gateway.app). The refusal, or (the request may go on) the accepted
-        token's fingerprint."""
+        """Everything decided before the body is read: Origin, method, token, switch, content type.
+        The refusal to send, or the caller's token when it is admitted."""
         runtime = self.services.runtime
         variables = runtime.variables  # Runtime.var, minus a call per lookup
         origin_bytes = headers.get(b"origin")  # already checked, with Host, by gateway.host_guard
@@ -147,7 +145,7 @@ class McpTransport:
         if variables["mcp-allow_query_token"]:
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         authorization = headers.get(b"authorization")
-        failure, token_fp = auth.authenticate(
+        failure, token = auth.check_endpoint(
             endpoint.name, None if authorization is None else authorization.decode("latin-1"), query, runtime
         )
         if failure is not None:
@@ -171,7 +169,8 @@ class McpTransport:
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if content_type != b"application/json":
             return _rpc_error(415, INVALID_REQUEST, "Content-Type must be application/json", "INVALID_ARGUMENT")
-        return token_fp
+        self.services.token_use.seen(endpoint.name, token)  # last-used, written by the periodic flush
+        return token
 
     async def _answer(self, body: bytes, env: Envelope) -> Reply:
         """Parse the body and dispatch its message (or batch)."""

@@ -140,6 +140,22 @@ CORE_VARIABLES: tuple[Variable, ...] = (
         maximum=65535,
         restart_required=True,
     ),
+    _v(
+        "admin-audit_retention_days",
+        "int",
+        90,
+        "Audit trail rows (mcp_audit_log) older than this many days are deleted.",
+        minimum=1,
+        maximum=3650,
+    ),
+    _v(
+        "admin-audit_max_rows",
+        "int",
+        100_000,
+        "Most audit trail rows kept; the oldest go first.",
+        minimum=100,
+        maximum=10_000_000,
+    ),
     _v("mcp-stats_show_queries_max_rows", "int", 200, "Most rows show_queries returns.", minimum=1, maximum=10000),
     _v(
         "mcp-evidence_retention_s",

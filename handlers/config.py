@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gateway import __version__
+from gateway import __version__, audit
 from gateway.errors import NotFound
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
@@ -117,6 +117,13 @@ class ConfigHandler(ToolHandler):
             origin=ctx.runtime.origins.get(name, "default"),
         )
 
+    def _audited(self, ctx: CallContext, arguments: dict[str, Any], *, secret: str = "") -> Any:
+        """The audit trail entry of a change made through this endpoint (gateway.audit)."""
+        actor = audit.Actor(endpoint=ctx.endpoint, token_fingerprint=ctx.token_fingerprint, client=ctx.client)
+        return audit.audited(
+            self.services.store, actor, ctx.tool_name, arguments, secrets=[secret], runtime_variables=ctx.runtime.variables
+        )
+
     @staticmethod
     def _runtime_raw(ctx: CallContext, name: str) -> str:
         value: Any = ctx.runtime.var(name)
@@ -138,12 +145,18 @@ class ConfigHandler(ToolHandler):
         With save=true it is also saved to disk. Invalid values are refused and nothing changes."""
         store = self.services.store
         decl = ctx.runtime.declarations.get(args.variable_name)
-        if decl is None:
-            raise NotFound(f"unknown variable {args.variable_name!r}")
-        store.set_variable(args.variable_name, args.value)
-        version = store.load_to_runtime("MCP VARIABLES")
-        if args.save:
-            store.save_to_disk("MCP VARIABLES")
+        shown = decl.display(args.value) if decl else "********"
+        with self._audited(
+            ctx, {**args.model_dump(), "value": shown}, secret=args.value if not decl or decl.secret else ""
+        ) as entry:
+            if decl is None:
+                raise NotFound(f"unknown variable {args.variable_name!r}")
+            entry.before = {"value": decl.display(self._runtime_raw(ctx, args.variable_name))}
+            store.set_variable(args.variable_name, args.value)
+            version = store.load_to_runtime("MCP VARIABLES")
+            if args.save:
+                store.save_to_disk("MCP VARIABLES")
+            entry.after = {"value": shown, "runtime_version": version, "saved": args.save}
         return SetConfigOut(
             variable_name=args.variable_name,
             value=decl.display(args.value),
@@ -178,14 +191,16 @@ class ConfigHandler(ToolHandler):
         """Reload configuration layers for every module (variables, profiles, rules, sources) and apply them to runtime."""
         store = self.services.store
         modules = list(store.modules)
-        if args.scope == "disk":
-            for module in modules:
-                store.load_from_disk(module)
-        if args.scope in ("disk", "memory"):
-            for module in modules:
-                version = store.load_to_runtime(module)
-        else:
-            version = store.load_to_runtime("MCP VARIABLES")  # same content, new version: workers re-apply it
+        with self._audited(ctx, args.model_dump()) as entry:
+            if args.scope == "disk":
+                for module in modules:
+                    store.load_from_disk(module)
+            if args.scope in ("disk", "memory"):
+                for module in modules:
+                    version = store.load_to_runtime(module)
+            else:
+                version = store.load_to_runtime("MCP VARIABLES")  # same content, new version: workers re-apply it
+            entry.after = {"runtime_version": version, "modules": modules}
         return ReloadOut(scope=args.scope, modules=modules, runtime_version=version)
 
     @tool("get_status", title="Server status", read_only=True)
