@@ -108,8 +108,15 @@ class AdminSQL:
     def _connection(self) -> apsw.Connection:
         conn = sqlite.connect(self.store.config_path)
         conn.execute("ATTACH DATABASE ? AS disk", (str(self.store.disk_path),))
-        secrets = ", ".join(f"'{n}'" for n in self.secret_variables) or "''"
-        masked = f"CASE WHEN variable_name IN ({secrets}) AND variable_value <> '' THEN '{MASK}' ELSE variable_value END"
+        urls = {n for n in self.secret_variables if self.store.variables[n].kind == "url"}
+        secrets = ", ".join(f"'{n}'" for n in self.secret_variables if n not in urls) or "''"
+        url_secrets = ", ".join(f"'{n}'" for n in sorted(urls)) or "''"
+        # A URL is masked whole here, but only when it carries credentials (user:password@, password=).
+        masked = (
+            f"CASE WHEN variable_name IN ({secrets}) AND variable_value <> '' THEN '{MASK}'"
+            f" WHEN variable_name IN ({url_secrets}) AND (instr(variable_value, '@') > 0"
+            f" OR instr(lower(variable_value), 'password=') > 0) THEN '{MASK}' ELSE variable_value END"
+        )
         for table in MASKED_VARIABLE_TABLES:
             conn.execute(f"CREATE TEMP VIEW {table} AS SELECT variable_name, {masked} AS variable_value FROM main.{table}")
         conn.execute(

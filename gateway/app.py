@@ -73,6 +73,8 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
                 endpoints[handler.endpoint] = Endpoint(handler.endpoint, handler, down_reason=handler.down_reason)
                 metrics.handler_up.labels(handler.endpoint).set(0)
         app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
+        if services.result_cache is not None:
+            services.result_cache.start()  # its upkeep thread: hit bookkeeping, expiry, gauges
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
@@ -148,6 +150,11 @@ async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> No
                     await anyio.to_thread.run_sync(services.targets.update, new)
                 except Exception:
                     log.exception("the target pools could not apply runtime %s", new.version)
+            if services.result_cache is not None:
+                try:  # new limits or store; drops the entries of targets whose profile changed
+                    await anyio.to_thread.run_sync(services.result_cache.on_runtime_change, new)
+                except Exception:
+                    log.exception("the result cache could not apply runtime %s", new.version)
             for handler in handlers:
                 try:
                     await anyio.to_thread.run_sync(handler.on_runtime_change, old, new)
@@ -173,6 +180,8 @@ async def _flush_stats(services: Services) -> None:
                 log.exception("folding metrics failed; retrying")
         try:
             await anyio.to_thread.run_sync(services.stats.flush)
+            if services.sql is not None:  # digests and rule hits, also when every call was a cache hit
+                await anyio.to_thread.run_sync(services.sql.flush_due)
             services.metrics.sample_process()
         except Exception:
             log.exception("flushing tool statistics failed; retrying")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
 from backends.pools import TargetPools
+from backends.result_cache import ResultCache
+from backends.result_cache.embedded import EmbeddedStore
 from backends.sql import ReadOnlySql
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore
@@ -44,16 +46,27 @@ def open_store(data_dir: Path) -> ConfigStore:
     return ConfigStore(Path(data_dir), variables=declared_variables(), modules=config_modules())
 
 
+def prepare_backends(data_dir: Path) -> None:
+    """What the serving parent process does once, before any worker starts: empty the embedded
+    result cache (results from before a restart are not trusted; a Redis store is left alone,
+    other instances share it)."""
+    EmbeddedStore.reset(data_dir)
+
+
 def share_backends(services: Services) -> None:
-    """Build what every endpoint reaching a database shares: the target pools and the read-only
-    SQL path over them. Before any handler is constructed; the app closes them after the last."""
+    """Build what every endpoint reaching a database shares: the target pools, the query result
+    cache and the read-only SQL path over both. Before any handler is constructed; the app
+    starts the cache's upkeep when it serves, and closes them all after the last handler."""
     services.targets = TargetPools(services.runtime)
-    services.sql = ReadOnlySql(services.targets, services.store)
+    services.result_cache = ResultCache(services.data_dir, services.runtime, services.metrics)
+    services.sql = ReadOnlySql(services.targets, services.store, services.result_cache)
 
 
 def close_backends(services: Services) -> None:
     if services.sql is not None:
         services.sql.close()  # pending digests and rule hits first
+    if services.result_cache is not None:
+        services.result_cache.close()
     if services.targets is not None:
         services.targets.close()
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from backends.result_cache.embedded import EmbeddedStore
+from backends.result_cache.embedded import FILE_NAME, EmbeddedStore
 from backends.result_cache.keys import fingerprints
 from backends.result_cache.redis_store import RedisStore
 from backends.result_cache.store import (
@@ -38,6 +38,8 @@ from backends.result_cache.store import (
     Selector,
     StoreUnavailable,
 )
+from gateway.runtime import Runtime
+from gateway.variables import Variable
 
 log = logging.getLogger("mcp_gateway.cache")
 UPKEEP_S = 0.5
@@ -48,8 +50,31 @@ class CacheMetrics(Protocol):
     """What the cache reports to Prometheus (gateway.metrics.Metrics implements it)."""
 
     def cache_lookup(self, target_id: str, hit: bool) -> None: ...
-    def cache_evictions(self, evicted: Evictions) -> None: ...
+    def cache_evicted(self, evicted: Evictions) -> None: ...
     def cache_totals(self, entries: int, size: int) -> None: ...
+
+
+MAX_ENTRIES = Variable(
+    "cache-max_entries", "int", "10000", "Most results the query result cache holds; the least recently used go first.",
+    minimum=1, maximum=10_000_000,
+)  # fmt: skip
+MAX_BYTES = Variable(
+    "cache-max_bytes", "int", str(64 * 1024 * 1024),
+    "Most bytes of results (as JSON) the query result cache holds, over all workers (and instances, with Redis).",
+    minimum=1024, maximum=64 * 1024**3,
+)  # fmt: skip
+MAX_ENTRY_BYTES = Variable(
+    "cache-max_entry_bytes", "int", str(1024 * 1024),
+    "A result larger than this (as JSON) is not cached (stats.cache_store: too_large).",
+    minimum=256, maximum=1024**3,
+)  # fmt: skip
+REDIS_URL = Variable(
+    "cache-redis_url", "url", "",
+    "Keep the query result cache in Redis (redis://[:password@]host:port/db) so gateway instances share it; "
+    "empty: an embedded store in the data directory, shared by this server's workers. The password is masked.",
+    secret=True, choices=("redis", "rediss", "unix"),
+)  # fmt: skip
+CACHE_VARIABLES: tuple[Variable, ...] = (MAX_ENTRIES, MAX_BYTES, MAX_ENTRY_BYTES, REDIS_URL)
 
 
 @dataclass(frozen=True)
@@ -60,26 +85,26 @@ class Settings:
     redis_url: str
 
     @classmethod
-    def of(cls, variables: Mapping[str, Any]) -> Settings:
+    def of(cls, runtime: Runtime) -> Settings:
+        def value(declaration: Variable) -> Any:  # a runtime older than the declaration: the default
+            return runtime.variables[declaration.name] if declaration.name in runtime.variables else declaration.parse(None)
+
         return cls(
-            max_entries=int(variables["cache-max_entries"]),
-            max_bytes=int(variables["cache-max_bytes"]),
-            max_entry_bytes=min(int(variables["cache-max_entry_bytes"]), int(variables["cache-max_bytes"])),
-            redis_url=str(variables["cache-redis_url"]),
+            max_entries=int(value(MAX_ENTRIES)),
+            max_bytes=int(value(MAX_BYTES)),
+            max_entry_bytes=min(int(value(MAX_ENTRY_BYTES)), int(value(MAX_BYTES))),
+            redis_url=str(value(REDIS_URL)),
         )
 
 
 class ResultCache:
-    def __init__(
-        self, data_dir: Path, variables: Mapping[str, Any], tables: Mapping[str, Any], metrics: CacheMetrics | None
-    ) -> None:
+    def __init__(self, data_dir: Path, runtime: Runtime, metrics: CacheMetrics | None) -> None:
         self.data_dir = Path(data_dir)
         self.metrics = metrics
-        self.settings = Settings.of(variables)
+        self.settings = Settings.of(runtime)
         self.store: ResultStore = self._open(self.settings.redis_url)
-        self.fingerprints = fingerprints(
-            tables.get("runtime_mcp_target_profiles", ()), tables.get("runtime_mcp_auth_profiles", ())
-        )
+        self._fingerprints: tuple[Any, Any, dict[str, str]] = ((), (), {})
+        self._known = dict(self._fingerprints_of(runtime))  # what on_runtime_change compares against
         self._last_warning = 0.0
         self._stop = threading.Event()
         self._upkeep: threading.Thread | None = None
@@ -110,23 +135,40 @@ class ResultCache:
         with contextlib.suppress(StoreUnavailable):
             self.store.close()
 
-    def on_runtime_change(self, variables: Mapping[str, Any], tables: Mapping[str, Any]) -> None:
+    def on_runtime_change(self, runtime: Runtime) -> None:
         """A LOAD reached this worker: new limits, maybe a new store, and the entries of every
-        target whose profile changed (or that is gone) dropped. Keys carry the fingerprint, so
-        those entries were already unreachable; dropping them frees their room now."""
-        settings = Settings.of(variables)
+        target whose profile changed (or that is gone) dropped. Keys carry the profile's
+        fingerprint, so those entries were already unreachable; dropping them frees the room."""
+        settings = Settings.of(runtime)
         if settings.redis_url != self.settings.redis_url:
             old, self.store = self.store, self._open(settings.redis_url)
             old.close()
         self.settings = settings
-        new = fingerprints(tables.get("runtime_mcp_target_profiles", ()), tables.get("runtime_mcp_auth_profiles", ()))
-        changed = [target for target, fingerprint in self.fingerprints.items() if new.get(target) != fingerprint]
-        self.fingerprints = new
+        new = self._fingerprints_of(runtime)
+        changed = [target for target, fingerprint in self._known.items() if new.get(target) != fingerprint]
+        self._known = dict(new)
         for target_id in changed:
             try:
                 self._drop(Selector(target_id=target_id), PROFILE_CHANGED)
             except StoreUnavailable as exc:
                 self._warn(exc)
+
+    @property
+    def local(self) -> bool:
+        """True when a lookup is a local file read (cheap enough for the event loop)."""
+        return self.store.kind == "embedded"
+
+    def fingerprint(self, runtime: Runtime, target_id: str) -> str:
+        return self._fingerprints_of(runtime).get(target_id, "")
+
+    def _fingerprints_of(self, runtime: Runtime) -> dict[str, str]:
+        """target_id -> profile fingerprint, computed once per runtime snapshot."""
+        targets, auth = runtime.table("runtime_mcp_target_profiles"), runtime.table("runtime_mcp_auth_profiles")
+        seen_targets, seen_auth, found = self._fingerprints
+        if targets is not seen_targets or auth is not seen_auth:
+            found = fingerprints(targets, auth)
+            self._fingerprints = (targets, auth, found)
+        return found
 
     # -- the request path ----------------------------------------------------------------------
     def lookup(self, key: str, target_id: str, ttl_ms: int) -> tuple[str, Hit | None]:
@@ -185,6 +227,13 @@ class ResultCache:
     def entries(self, target_id: str | None, limit: int, order_by: str) -> list[dict[str, Any]]:
         return self.store.entries(target_id, limit, order_by)
 
+    def store_bytes(self) -> int | None:
+        """Embedded: the cache file's size on disk (with its WAL); Redis: None (its server's own)."""
+        if not self.local:
+            return None
+        path = self.data_dir / FILE_NAME
+        return sum(p.stat().st_size for p in (path, path.with_name(FILE_NAME + "-wal")) if p.exists())
+
     # -- internals -----------------------------------------------------------------------------
     def _drop(self, selector: Selector, reason: str) -> int:
         evicted = self.store.drop(selector, reason)
@@ -193,7 +242,7 @@ class ResultCache:
 
     def _report(self, evicted: Evictions) -> None:
         if evicted and self.metrics is not None:
-            self.metrics.cache_evictions(evicted)
+            self.metrics.cache_evicted(evicted)
 
     def _warn(self, exc: Exception) -> None:
         now = time.monotonic()

@@ -8,7 +8,8 @@ thread, and before any write this process makes - so a hit costs no write. LRU o
 workers is therefore up to half a second behind; within a worker it is exact. Writes (put,
 drop, upkeep) are short IMMEDIATE transactions; entry and byte totals are kept by triggers, so
 enforcing the limits never scans the table. Durability does not matter for a cache
-(synchronous=OFF), and the file is emptied when the server starts.
+(synchronous=OFF), and the file is emptied when the server starts. DDL: schema.sql, section
+`result_cache`.
 """
 
 from __future__ import annotations
@@ -33,45 +34,10 @@ from backends.result_cache.store import (
     Limits,
     Selector,
 )
+from gateway import sqlite
 
 FILE_NAME = "result_cache.db"
 BUSY_TIMEOUT_MS = 5_000
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS cache_entries (
-    key         TEXT PRIMARY KEY NOT NULL,
-    target_id   TEXT NOT NULL,
-    schema_name TEXT NOT NULL,
-    digest      TEXT NOT NULL,
-    digest_text TEXT NOT NULL,
-    tables      TEXT NOT NULL,     -- ",a,s.a," lower case: a table matches with instr()
-    payload     BLOB NOT NULL,
-    size        INTEGER NOT NULL,  -- bytes of payload: what cache-max_bytes counts
-    created_us  INTEGER NOT NULL,
-    expires_us  INTEGER NOT NULL,
-    used_us     INTEGER NOT NULL,  -- last hit (LRU order)
-    hits        INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS cache_entries_lru ON cache_entries (used_us);
-CREATE INDEX IF NOT EXISTS cache_entries_expiry ON cache_entries (expires_us);
-CREATE TABLE IF NOT EXISTS cache_totals (
-    id      INTEGER PRIMARY KEY CHECK (id = 1),
-    entries INTEGER NOT NULL,
-    bytes   INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO cache_totals VALUES (1, 0, 0);
-CREATE TRIGGER IF NOT EXISTS cache_entries_added AFTER INSERT ON cache_entries BEGIN
-    UPDATE cache_totals SET entries = entries + 1, bytes = bytes + NEW.size WHERE id = 1;
-END;
-CREATE TRIGGER IF NOT EXISTS cache_entries_removed AFTER DELETE ON cache_entries BEGIN
-    UPDATE cache_totals SET entries = entries - 1, bytes = bytes - OLD.size WHERE id = 1;
-END;
-CREATE TABLE IF NOT EXISTS cache_counters (
-    target_id TEXT NOT NULL,
-    counter   TEXT NOT NULL,  -- hits, misses, or an eviction reason
-    value     INTEGER NOT NULL,
-    PRIMARY KEY (target_id, counter)
-);
-"""
 _ORDER_SQL = {"hits": "hits DESC", "age": "created_us", "size": "size DESC", "recent": "used_us DESC"}
 
 
@@ -105,7 +71,7 @@ class EmbeddedStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=OFF")  # a cache: losing the last writes in a crash is fine
             with _write(conn):
-                conn.execute(SCHEMA)
+                conn.execute(sqlite.schema_section("result_cache"))
             self._local.conn = conn
         return conn
 
@@ -184,13 +150,12 @@ class EmbeddedStore:
         now = now_us()
         where, params = ("WHERE target_id = ?", [target_id]) if target_id is not None else ("", [])
         rows = self._conn().execute(
-            "SELECT key, target_id, schema_name, digest, digest_text, tables, size, created_us, expires_us, used_us, hits"
+            "SELECT target_id, schema_name, digest, digest_text, tables, size, created_us, expires_us, used_us, hits"
             f" FROM cache_entries {where} ORDER BY {_ORDER_SQL[order_by]}, rowid LIMIT ?",
             [*params, limit],
         )
         return [
             {
-                "key": key,
                 "target_id": target,
                 "schema": schema,
                 "digest": digest,
@@ -201,8 +166,8 @@ class EmbeddedStore:
                 "ttl_left_ms": max(0, (expires - now) // 1000),
                 "idle_ms": (now - used) // 1000,
                 "hits": hits,
-            }  # fmt: skip
-            for key, target, schema, digest, text, tables, size, created, expires, used, hits in rows
+            }
+            for target, schema, digest, text, tables, size, created, expires, used, hits in rows
         ]
 
     def stats(self) -> tuple[dict[str, dict[str, int]], dict[str, int]]:

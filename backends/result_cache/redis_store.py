@@ -196,7 +196,6 @@ class RedisStore:
         now_ms = self._now_ms()
         rows = [
             {
-                "key": m["key"],
                 "target_id": m["t"],
                 "schema": m["s"],
                 "digest": m["d"],
@@ -207,7 +206,7 @@ class RedisStore:
                 "ttl_left_ms": max(0, int(m["ex"]) - now_ms),
                 "idle_ms": max(0, now_ms - int(m["u"])),
                 "hits": int(m["h"]),
-            }  # fmt: skip
+            }
             for m in reversed(self._metas())  # most recently used first
             if target_id is None or m["t"] == target_id
         ]
