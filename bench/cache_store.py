@@ -194,9 +194,10 @@ def _rss_kb() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", type=int, default=4000, help="lookups per process and case")
+    parser.add_argument("--kinds", default="memory,memory+gen,sqlite,redis", help="comma-separated candidates")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    kinds = ("memory", "memory+gen", "sqlite", "redis")
+    kinds = tuple(args.kinds.split(","))
     load_before = list(os.getloadavg())
     results: dict[str, Any] = {}
     for size in (200, 10_000):

@@ -292,7 +292,7 @@ class CacheHandler(ToolHandler):
         version = store.load_to_runtime("MCP PROFILES")
         return SetTtlOut(module="MCP PROFILES", target_ids=targets, rule_id=None, ttl_ms=args.ttl_ms, runtime_version=version)
 
-    @tool("warm_cache", title="Warm the cache", read_only=True)
+    @tool("warm_cache", title="Warm the cache", read_only=False, idempotent=True)  # writes the cache, never the database
     def warm_cache(self, args: WarmIn, ctx: CallContext) -> WarmOut:
         """Run statements on a target through the full read-only path (query rules, read-only check, caps) and cache their results.
 
