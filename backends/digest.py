@@ -52,6 +52,7 @@ def normalize_text(sql: str) -> str:
     return _SPACE.sub(" ", _IN_LIST.sub("(?)", text)).strip()
 
 
+@functools.lru_cache(maxsize=1024)
 def digest_of(digest_text: str) -> str:
     return "0x" + hashlib.blake2b(digest_text.encode(), digest_size=8).hexdigest().upper()
 
