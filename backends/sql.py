@@ -20,10 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from backends.digest import DigestRecorder, normalize_text
+import orjson
+
+from backends.digest import DigestRecorder, digest_of, normalize_text
 from backends.execute import ResultSet, execute_readonly, explain_prefix
 from backends.pools import TargetPools
 from backends.readonly import CheckedStatement, check_readonly, refuse
@@ -34,6 +37,7 @@ from backends.rules import RuleHits, RuleSet
 from backends.targets import Target
 from gateway.call import CallContext
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
+from gateway.evidence import EvidenceRecorder
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
 from gateway.variables import Variable
@@ -57,6 +61,7 @@ REFUSE_PRIVILEGED = Variable(
 SQL_VARIABLES: tuple[Variable, ...] = (MAX_RESPONSE_BYTES, REFUSE_PRIVILEGED)
 CACHE_MODES = ("use", "bypass", "refresh")  # refresh: run and store even when a result is cached
 INLINE_SQL_CHARS = 4096  # longer statements are checked in a thread: a first check costs ~0.1 ms per KB
+RESULT_HASH_MAX_BYTES = 262_144  # larger results are not hashed (cache-candidate evidence): not worth the CPU
 
 
 def _var(runtime: Runtime, declaration: Variable) -> Any:
@@ -86,10 +91,18 @@ class Prepared:
 class ReadOnlySql:
     """Runs one caller's read-only statement on a target, under the rules, caps and deadline."""
 
-    def __init__(self, targets: TargetPools, store: ConfigStore, cache: ResultCache | None = None) -> None:
+    def __init__(
+        self,
+        targets: TargetPools,
+        store: ConfigStore,
+        *,
+        cache: ResultCache | None = None,
+        evidence: EvidenceRecorder | None = None,
+    ) -> None:
         self.targets = targets
         self.store = store
-        self.cache = cache
+        self.cache = cache  # the query result cache (None: nothing is cached)
+        self.evidence = evidence  # refusals and digest timings, for /mcp/ai (None: not recorded)
         self.digests = DigestRecorder()
         self.rule_hits = RuleHits()
         self._rules: tuple[Any, RuleSet] = ((), RuleSet([]))
@@ -174,6 +187,7 @@ class ReadOnlySql:
                 target.username,
             )
         if outcome.error_msg is not None:
+            self._refused(ctx, tool_name, sql)
             raise InvalidArgument(outcome.error_msg, details={"rule_id": outcome.error_rule})
         timeout = min(timeout_ms or target.timeout_ms, target.timeout_ms, outcome.timeout_ms or target.timeout_ms)
         timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
@@ -182,7 +196,11 @@ class ReadOnlySql:
         if outcome.ok_msg is not None:
             prepared.message = outcome.ok_msg
             return prepared
-        prepared.checked = checked = check_readonly(outcome.sql, target.protocol, row_cap=None if explain else rows_cap + 1)
+        try:
+            prepared.checked = checked = check_readonly(outcome.sql, target.protocol, row_cap=None if explain else rows_cap + 1)
+        except InvalidArgument:
+            self._refused(ctx, tool_name, sql)
+            raise
         if explain and checked.kind != "select":
             raise refuse("explain_sql takes a SELECT without EXPLAIN")
         self._check_privileges(ctx.runtime, target)
@@ -232,7 +250,15 @@ class ReadOnlySql:
                     max_bytes=stats["max_bytes"], schema=prepared.schema,
                 )  # fmt: skip
             finally:
-                stats["digest"] = self._record(prepared, (time.perf_counter() - db_started) * 1e6)
+                elapsed_us = (time.perf_counter() - db_started) * 1e6
+                stats["digest"] = self._record(prepared, elapsed_us)
+        if self.evidence is not None and not explain:
+            self.evidence.digest(
+                stats["digest"],
+                int(elapsed_us),
+                result_hash=_result_hash(result),
+                sample=(target.target_id, prepared.schema or "", checked.sql),
+            )
         if prepared.cache_key is not None and self.cache is not None and stats["cache"] != "unavailable":
             meta = EntryMeta(
                 key=prepared.cache_key, target_id=target.target_id, schema=prepared.schema or "", digest=stats["digest"],
@@ -271,6 +297,14 @@ class ReadOnlySql:
             tool_name=prepared.tool_name, target_id=prepared.target.target_id, digest_text=text, elapsed_us=int(elapsed_us)
         )
 
+    def _refused(self, ctx: CallContext, tool_name: str, sql: str) -> None:
+        """Evidence of a refused statement: its normalised text (literals as ?), never the values."""
+        if self.evidence is not None:
+            text = normalize_text(sql)
+            self.evidence.event(
+                "sql_refused", endpoint=ctx.endpoint, tool=tool_name, token_fp=ctx.token_fp, digest=digest_of(text), text=text
+            )
+
     def flush_due(self) -> None:
         """Write digests and rule hits when a second has passed (after a call; and from the app
         every second, since calls answered on the event loop do not)."""
@@ -292,6 +326,13 @@ class ReadOnlySql:
             self.flush_stats()
         except Exception:  # noqa: BLE001 - shutting down: log, do not block the rest
             log.warning("flushing query statistics at close failed", exc_info=True)
+
+
+def _result_hash(result: ResultSet) -> int | None:
+    """A hash of the rows, to tell whether a digest's result changed between calls."""
+    if result.result_bytes > RESULT_HASH_MAX_BYTES:
+        return None
+    return zlib.crc32(orjson.dumps(result.rows, default=str))
 
 
 def _answer(prepared: Prepared, result: ResultSet | None) -> dict[str, Any]:

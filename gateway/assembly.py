@@ -59,7 +59,7 @@ def share_backends(services: Services) -> None:
     starts the cache's upkeep when it serves, and closes them all after the last handler."""
     services.targets = TargetPools(services.runtime)
     services.result_cache = ResultCache(services.data_dir, services.runtime, services.metrics)
-    services.sql = ReadOnlySql(services.targets, services.store, services.result_cache)
+    services.sql = ReadOnlySql(services.targets, services.store, cache=services.result_cache, evidence=services.evidence)
 
 
 def close_backends(services: Services) -> None:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from backends.pools import TargetPools
     from backends.result_cache import ResultCache
     from backends.sql import ReadOnlySql
+    from gateway.evidence import EvidenceRecorder
     from gateway.metrics import Metrics
     from gateway.tool_counters import ToolCounters
 
@@ -86,6 +87,7 @@ class Services:
     targets: TargetPools | None = None  # the database targets' pools (backends.pools)
     sql: ReadOnlySql | None = None  # the one read-only SQL path (backends.sql)
     result_cache: ResultCache | None = None  # the query result cache inside that path (backends.result_cache)
+    evidence: EvidenceRecorder | None = None  # what the gateway saw, for /mcp/ai (gateway.evidence)
     rag_index: SearchIndex | None = None
     rag_embedder: Embedder | None = None
     rag_jobs: SyncJobs | None = None

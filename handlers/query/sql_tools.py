@@ -13,13 +13,13 @@ run on the event loop, and only a miss takes a worker thread to the database.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field
 from sqlglot import exp
 
+from backends.execute import plan_of
 from backends.readonly import dialect_of, parse_fragment, table_ref
 from backends.sql import ReadOnlySql
 from backends.targets import Target
@@ -275,19 +275,3 @@ class SqlTools(ToolHandler):
         return SqlResult.model_validate(
             await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
         )
-
-
-def plan_of(protocol: str, out: dict[str, Any]) -> Any:
-    rows = out["rows"]
-    if not rows:
-        return None
-    if protocol == "sqlite":
-        names = [c["name"] for c in out["columns"]]
-        return [dict(zip(names, row)) for row in rows]
-    value = rows[0][0]
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
