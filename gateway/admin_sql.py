@@ -139,17 +139,27 @@ class AdminSQL:
     def _connection(self) -> apsw.Connection:
         conn = sqlite.connect(self.store.config_path)
         conn.execute("ATTACH DATABASE ? AS disk", (str(self.store.disk_path),))
-        secrets = ", ".join(f"'{n}'" for n in self.secret_variables) or "''"
-        masked = f"CASE WHEN variable_name IN ({secrets}) AND variable_value <> '' THEN '{MASK}' ELSE variable_value END"
-        masked_r = f"CASE WHEN r.variable_name IN ({secrets}) AND r.variable_value <> '' THEN '{MASK}' ELSE r.variable_value END"
+        urls = {n for n in self.secret_variables if self.store.variables[n].kind == "url"}
+        secrets = ", ".join(f"'{n}'" for n in self.secret_variables if n not in urls) or "''"
+        url_secrets = ", ".join(f"'{n}'" for n in sorted(urls)) or "''"
+
+        def masked(prefix: str = "") -> str:
+            # A URL is masked whole here, but only when it carries credentials (user:password@, password=).
+            name, value = f"{prefix}variable_name", f"{prefix}variable_value"
+            return (
+                f"CASE WHEN {name} IN ({secrets}) AND {value} <> '' THEN '{MASK}'"
+                f" WHEN {name} IN ({url_secrets}) AND (instr({value}, '@') > 0"
+                f" OR instr(lower({value}), 'password=') > 0) THEN '{MASK}' ELSE {value} END"
+            )
+
         # Where each runtime value comes from (ConfigStore.variable_origins), as a column of the runtime view.
         conn.execute("CREATE TEMP TABLE variable_origin (variable_name TEXT PRIMARY KEY, origin TEXT NOT NULL)")
         conn.executemany("INSERT INTO temp.variable_origin VALUES (?, ?)", list(self.store.variable_origins().items()))
         conn.execute(
-            f"CREATE TEMP VIEW global_variables AS SELECT variable_name, {masked} AS variable_value FROM main.global_variables"
+            f"CREATE TEMP VIEW global_variables AS SELECT variable_name, {masked()} AS variable_value FROM main.global_variables"
         )
         conn.execute(
-            f"CREATE TEMP VIEW runtime_global_variables AS SELECT r.variable_name, {masked_r} AS variable_value, "
+            f"CREATE TEMP VIEW runtime_global_variables AS SELECT r.variable_name, {masked('r.')} AS variable_value, "
             "COALESCE(o.origin, 'default') AS origin FROM main.runtime_global_variables r "
             "LEFT JOIN temp.variable_origin o ON o.variable_name = r.variable_name"
         )

@@ -83,6 +83,8 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
                 metrics.handler_up.labels(handler.endpoint).set(0)
         app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
         await anyio.to_thread.run_sync(_export_certificate, services)
+        if services.result_cache is not None:
+            services.result_cache.start()  # its upkeep thread: hit bookkeeping, expiry, gauges
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
         await anyio.to_thread.run_sync(metrics.refresh_totals)  # get_status's first snapshot
         await anyio.to_thread.run_sync(workers.applied, store, services.runtime.version)
@@ -196,6 +198,11 @@ async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> No
                     await anyio.to_thread.run_sync(services.targets.update, new)
                 except Exception:
                     log.exception("the target pools could not apply runtime %s", new.version)
+            if services.result_cache is not None:
+                try:  # new limits or store; drops the entries of targets whose profile changed
+                    await anyio.to_thread.run_sync(services.result_cache.on_runtime_change, new)
+                except Exception:
+                    log.exception("the result cache could not apply runtime %s", new.version)
             for handler in handlers:
                 try:
                     await anyio.to_thread.run_sync(handler.on_runtime_change, old, new)
@@ -250,6 +257,8 @@ def _flush_counters(services: Services) -> None:
     """The tool counters and the evidence, into config.db (about once a second, and at shutdown)."""
     services.stats.flush()
     services.token_use.flush(services.store)
+    if services.sql is not None:  # digests and rule hits, also when every call was a cache hit
+        services.sql.flush_due()
     if services.evidence is not None:
         services.evidence.retention_s = services.runtime.var("mcp-evidence_retention_s")
         services.evidence.flush()

@@ -134,6 +134,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         registry = CollectorRegistry()
         registry.register(SharedStateCollector(collectors))
         start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=registry)
+    from gateway.assembly import prepare_backends
+
+    prepare_backends(data_dir)  # before any worker opens them
     for cls in handler_classes():  # jobs the parent runs beside the workers (the demo corpus on first start)
         cls.before_serve(args, data_dir=data_dir, store=prepared.store, first_start=prepared.fresh)
 

@@ -220,6 +220,27 @@ class Metrics:
         self._pool_targets: set[str] = set()
         self._pool_timeouts_seen: dict[str, int] = {}  # target_id -> its pool's timeouts already counted
         self._collectors: list[Any] = []  # scrape-time collectors (handlers.rag.metrics)
+        # The query result cache (backends/result_cache). Names are a contract with deploy/'s dashboard.
+        self.cache_hits = Counter(
+            "mcp_cache_hits", "Query result cache lookups answered from the cache.", ["target_id"], registry=r
+        )
+        self.cache_misses = Counter(
+            "mcp_cache_misses", "Query result cache lookups that found nothing fresh.", ["target_id"], registry=r
+        )
+        self.cache_evictions = Counter(
+            "mcp_cache_evictions",
+            "Cached results dropped, by reason: max_entries, max_bytes, expired, invalidated, cleared, profile_changed.",
+            ["target_id", "reason"],
+            registry=r,
+        )
+        # The store is shared (by the workers, or by the instances with Redis): every worker reports
+        # the same totals, so the most recent report is the value (several instances: take the max).
+        self.cache_entries = Gauge(
+            "mcp_cache_entries", "Results in the query result cache.", multiprocess_mode="mostrecent", registry=r
+        )
+        self.cache_bytes = Gauge(
+            "mcp_cache_bytes", "Bytes of results in the query result cache.", multiprocess_mode="mostrecent", registry=r
+        )
         self._clients: OrderedDict[str, None] = OrderedDict()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Per-request updates are events appended on the event loop and folded into the metrics
@@ -318,6 +339,18 @@ class Metrics:
             client = "other"
         self._clients[client] = None
         self.auth_failures_by_client.labels(client).inc()
+
+    # -- the query result cache (backends.result_cache.cache.CacheMetrics) -------------------
+    def cache_lookup(self, target_id: str, hit: bool) -> None:
+        self.count(self.cache_hits if hit else self.cache_misses, target_id)
+
+    def cache_evicted(self, evicted: dict[tuple[str, str], int]) -> None:
+        for (target_id, reason), n in evicted.items():
+            self.count(self.cache_evictions, target_id, reason, amount=n)
+
+    def cache_totals(self, entries: int, size: int) -> None:
+        self.cache_entries.set(entries)
+        self.cache_bytes.set(size)
 
     def sample_process(self) -> None:
         usage = resource.getrusage(resource.RUSAGE_SELF)

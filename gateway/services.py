@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from backends.pools import TargetPools
+    from backends.result_cache import ResultCache
     from backends.sql import ReadOnlySql
     from gateway.evidence import EvidenceRecorder
     from gateway.metrics import Metrics
@@ -87,6 +88,7 @@ class Services:
     handlers: dict[str, EndpointState] = field(default_factory=dict)  # every endpoint, by name
     targets: TargetPools | None = None  # the database targets' pools (backends.pools)
     sql: ReadOnlySql | None = None  # the one read-only SQL path (backends.sql)
+    result_cache: ResultCache | None = None  # the query result cache inside that path (backends.result_cache)
     evidence: EvidenceRecorder | None = None  # what the gateway saw, for /mcp/ai (gateway.evidence)
     rag_index: SearchIndex | None = None
     rag_embedder: Embedder | None = None

@@ -79,9 +79,7 @@ class AuditTools(AdminBase):
             wanted = sorted(flushers) if args.cache_type == "all" else [args.cache_type]
             missing = [kind for kind in wanted if kind not in flushers]
             if missing:
-                raise Unavailable(
-                    f"{missing[0]}: this gateway has no such cache (the query result cache arrives with the cache feature)"
-                )
+                raise Unavailable(f"{missing[0]}: this gateway has no such cache")
             request_id = workers.request_flush(self.store, wanted, args.target_id)
             if not workers.serving(self.store):  # no worker follows requests (the tools run in-process): here
                 workers.carry_out_flushes(self.store, flushers, after=request_id - 1)

@@ -36,15 +36,6 @@ REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
 DASHBOARD = REPO / "deploy" / "grafana" / "mcp-gateway.json"
 
-# Names other branches export once they are merged: allowed here ONLY while absent from the live
-# /metrics (the query result cache, issue 14). Remove each name when its module lands.
-PENDING_FROM_OTHER_MODULES = {
-    "mcp_cache_hits_total",
-    "mcp_cache_misses_total",
-    "mcp_cache_evictions_total",
-    "mcp_cache_entries",
-    "mcp_cache_bytes",
-}
 FORCED_ALERTS = {
     "McpAuthFailureBurst",
     "McpEndpointErrorRatio",
@@ -290,7 +281,5 @@ def test_shipped_prometheus_config_scrapes_two_workers_and_fires_the_shipped_ale
             time.sleep(1.2)  # and fold them into the shared metric files
             with gw.client() as client:
                 live = exported_names(client.get("/metrics").text)
-        unknown = {where: names - live - PENDING_FROM_OTHER_MODULES for where, names in referenced_names().items()}
+        unknown = {where: names - live for where, names in referenced_names().items()}
         assert not {where: names for where, names in unknown.items() if names}, unknown
-        landed = PENDING_FROM_OTHER_MODULES & live
-        assert not landed, f"remove {sorted(landed)} from PENDING_FROM_OTHER_MODULES: the gateway exports them now"
