@@ -439,6 +439,7 @@ CREATE TABLE IF NOT EXISTS variable_overrides (
     variable_name  TEXT PRIMARY KEY NOT NULL,
     variable_value TEXT NOT NULL,
     origin         TEXT NOT NULL             -- environment | command line
+);
 
 -- @section admin_state
 -- config.db only (not the disk layer): state the gateway keeps about its own administration.
@@ -485,6 +486,8 @@ CREATE TABLE IF NOT EXISTS cache_flush_requests (
     target_id    TEXT,                         -- query_results: one target's entries; NULL: all
     requested_at REAL NOT NULL,
     dropped_json TEXT NOT NULL DEFAULT '{}'    -- cache type -> entries dropped, summed over the workers
+);
+
 -- @section result_cache
 -- The embedded query result cache (backends/result_cache/embedded.py): result_cache.db in the
 -- data directory, shared by the workers of one server and emptied when it starts.

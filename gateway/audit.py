@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from gateway import sqlite
+from gateway.call import CallContext
 from gateway.errors import GatewayError
 from gateway.store import ConfigStore
 from gateway.variables import CORE_VARIABLES, MASK
@@ -51,6 +52,10 @@ class Actor:
 
 
 CLI_ACTOR = Actor(endpoint="cli", client="local")
+
+
+def actor_of(ctx: CallContext) -> Actor:
+    return Actor(endpoint=ctx.endpoint, token_fingerprint=ctx.token_fingerprint, client=ctx.client)
 
 
 def mask_sql(statement: str) -> str:
@@ -196,3 +201,8 @@ def read(store: ConfigStore, *, since: float = 0.0, limit: int = 100, action: st
             if row[column] is not None:
                 row[column] = orjson.loads(row[column]) if not row[column].endswith("...(cut)") else row[column]
     return rows[:limit], len(rows) > limit
+
+
+def audited_call(store: ConfigStore, ctx: CallContext, arguments: Mapping[str, Any], *, secrets: Iterable[str] = ()) -> Any:
+    """`audited` for the tool call `ctx` serves: its caller, its tool name, its runtime's secrets."""
+    return audited(store, actor_of(ctx), ctx.tool_name, arguments, secrets=secrets, runtime_variables=ctx.runtime.variables)

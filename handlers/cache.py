@@ -27,7 +27,7 @@ from backends.result_cache.store import (
     StoreUnavailable,
 )
 from backends.targets import MAX_CACHE_TTL_MS
-from gateway import sqlite
+from gateway import audit, sqlite
 from gateway.errors import GatewayError, InvalidArgument, NotFound, Unavailable
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
@@ -249,14 +249,20 @@ class CacheHandler(ToolHandler):
             except re.error as exc:
                 raise InvalidArgument(f"digest_pattern is not a valid regular expression ({exc})") from None
         cache = self._cache()
-        dropped = _guard(lambda: cache.invalidate(target_id=args.target_id, table=args.table, digest_pattern=args.digest_pattern))
+        with audit.audited_call(self.services.store, ctx, args.model_dump()) as entry:
+            dropped = _guard(
+                lambda: cache.invalidate(target_id=args.target_id, table=args.table, digest_pattern=args.digest_pattern)
+            )
+            entry.after = {"dropped": dropped}
         return DroppedOut(dropped=dropped, store=cache.store.kind)
 
     @tool("clear_cache", title="Clear the cache", read_only=False, destructive=True, idempotent=True)
     def clear_cache(self, args: CacheStatsIn, ctx: CallContext) -> DroppedOut:
         """Drop every cached result, or those of one target; returns how many were dropped."""
         cache = self._cache()
-        return DroppedOut(dropped=_guard(lambda: cache.clear(args.target_id)), store=cache.store.kind)
+        with audit.audited_call(self.services.store, ctx, args.model_dump()) as entry:
+            entry.after = {"dropped": _guard(lambda: cache.clear(args.target_id))}
+        return DroppedOut(dropped=entry.after["dropped"], store=cache.store.kind)
 
     @tool("set_cache_ttl", title="Set a cache TTL", read_only=False, idempotent=True)
     def set_cache_ttl(self, args: SetTtlIn, ctx: CallContext) -> SetTtlOut:
@@ -267,6 +273,12 @@ class CacheHandler(ToolHandler):
         ttl_ms 0 turns caching off (on a rule: the statements it matches are never cached).
         Neither target_id nor rule_id: every target profile. A lowered TTL applies to entries
         already cached too."""
+        with audit.audited_call(self.services.store, ctx, args.model_dump()) as entry:
+            out = self._set_ttl(args)
+            entry.after = out.model_dump()
+        return out
+
+    def _set_ttl(self, args: SetTtlIn) -> SetTtlOut:
         store = self.services.store
         conn = store.conn()
         if args.target_id is not None and args.rule_id is not None:

@@ -119,10 +119,7 @@ class ConfigHandler(ToolHandler):
 
     def _audited(self, ctx: CallContext, arguments: dict[str, Any], *, secret: str = "") -> Any:
         """The audit trail entry of a change made through this endpoint (gateway.audit)."""
-        actor = audit.Actor(endpoint=ctx.endpoint, token_fingerprint=ctx.token_fingerprint, client=ctx.client)
-        return audit.audited(
-            self.services.store, actor, ctx.tool_name, arguments, secrets=[secret], runtime_variables=ctx.runtime.variables
-        )
+        return audit.audited_call(self.services.store, ctx, arguments, secrets=[secret])
 
     @staticmethod
     def _runtime_raw(ctx: CallContext, name: str) -> str:

@@ -58,21 +58,10 @@ class AdminBase(ToolHandler):
     def store(self) -> ConfigStore:
         return self.services.store
 
-    @staticmethod
-    def actor(ctx: CallContext) -> audit.Actor:
-        return audit.Actor(endpoint=ctx.endpoint, token_fingerprint=ctx.token_fingerprint, client=ctx.client)
-
     @contextlib.contextmanager
     def audited(self, ctx: CallContext, arguments: Mapping[str, Any]) -> Iterator[audit.Entry]:
         """Record this call's change (or its failure) in the audit trail, secrets masked."""
-        with audit.audited(
-            self.store,
-            self.actor(ctx),
-            ctx.tool_name,
-            arguments,
-            secrets=known_secrets(self.store, ctx.runtime.variables),
-            runtime_variables=ctx.runtime.variables,
-        ) as entry:
+        with audit.audited_call(self.store, ctx, arguments, secrets=known_secrets(self.store, ctx.runtime.variables)) as entry:
             yield entry
 
     def memory_row(self, table: str, key_column: str, key: Any, *, layer: str = "main") -> dict[str, Any] | None:

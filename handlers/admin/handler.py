@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from gateway import audit
 from gateway.admin_sql import AdminSQL
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from gateway.variables import Variable
@@ -66,7 +67,7 @@ class AdminSqlTool(AdminBase):
         result = self.admin_sql.execute(
             args.statement,
             max_rows=args.max_rows,
-            actor=self.actor(ctx),
+            actor=audit.actor_of(ctx),
             secrets=() if reads_only else known_secrets(self.store, ctx.runtime.variables),
             runtime_variables=ctx.runtime.variables,
         )

@@ -479,3 +479,16 @@ def test_admin_flush_cache_drops_the_results_of_one_target_or_all(deployment: De
     everything = rpc(deployment.a, "admin", "admin_flush_cache", cache_type="all")
     assert everything["flushed"]["query_results"] == 2 and "readonly_shapes" in everything["flushed"]
     assert rpc(deployment.b, "query", "run_sql_readonly", target_id="maria", sql=sql)["stats"]["cache"] == "miss"
+
+
+def test_cache_changes_are_audited(deployment: Deployment) -> None:
+    rpc(deployment.a, "cache", "set_cache_ttl", target_id="maria", ttl_ms=TTL)
+    rpc(deployment.a, "cache", "invalidate_cache", target_id="maria")
+    rows = rpc(deployment.a, "admin", "admin.audit", since=time.time() - 60, limit=50)["rows"]
+    by_action = {row["action"]: row for row in rows}
+    assert by_action["set_cache_ttl"]["endpoint"] == "cache" and by_action["set_cache_ttl"]["outcome"] == "ok"
+    assert (
+        by_action["set_cache_ttl"]["after"]["target_ids"] == ["maria"]
+        and len(by_action["set_cache_ttl"]["token_fingerprint"]) == 12
+    )
+    assert by_action["invalidate_cache"]["arguments"]["target_id"] == "maria"
