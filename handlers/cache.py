@@ -128,7 +128,7 @@ class DroppedOut(ToolOutput):
 
 class SetTtlIn(ToolInput):
     target_id: str | None = Field(default=None, max_length=64, description="Set the target profile's cache_ttl_ms.")
-    rule_id: int | None = Field(default=None, ge=0, description="Set this query rule's cache_ttl instead.")
+    rule_id: int | None = Field(default=None, ge=0, le=2_147_483_647, description="Set this query rule's cache_ttl instead.")
     ttl_ms: int | None = Field(
         ge=0,
         le=MAX_CACHE_TTL_MS,

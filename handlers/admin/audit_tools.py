@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -16,7 +16,7 @@ FLUSH_WAIT_S = 2.0
 
 
 class AuditIn(ToolInput):
-    since: float | str = Field(
+    since: Annotated[float, Field(ge=0, le=1e11)] | str = Field(
         default=0, description="Rows at or after this time: unix seconds, or ISO 8601 (2026-11-25T10:00:00Z)."
     )
     limit: int = Field(default=100, ge=1, le=1000, description="Most rows, newest first.")

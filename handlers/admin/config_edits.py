@@ -51,12 +51,12 @@ class TargetProfileIn(ToolInput):
     target_id: str = Field(min_length=1, max_length=64, description="Logical name clients route to.")
     protocol: str | None = Field(default=None, description="mysql, pgsql or sqlite (required for a new target).")
     host: str | None = None
-    port: int | None = Field(default=None, description="0: the protocol's default port.")
+    port: int | None = Field(default=None, ge=0, le=65535, description="0: the protocol's default port.")
     database: str | None = Field(default=None, description="Database name, or the file path for sqlite.")
     auth_profile_id: str | None = Field(default=None, description="Credentials to connect with (an auth profile).")
     description: str | None = None
-    max_rows: int | None = None
-    timeout_ms: int | None = None
+    max_rows: int | None = Field(default=None, ge=1, le=1_000_000)
+    timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
     allow_explain: bool | None = None
     allow_explain_analyze: bool | None = None
     allow_discovery: bool | None = None
@@ -78,7 +78,7 @@ class AuthProfileIn(ToolInput):
 
 
 class QueryRuleIn(ToolInput):
-    rule_id: int = Field(ge=0, description="Rules are evaluated in rule_id order.")
+    rule_id: int = Field(ge=0, le=2_147_483_647, description="Rules are evaluated in rule_id order.")
     active: bool | None = None
     username: str | None = None
     target_id: str | None = None
@@ -87,10 +87,10 @@ class QueryRuleIn(ToolInput):
     match_pattern: str | None = Field(default=None, description="Python regular expression searched in the SQL.")
     negate_match_pattern: bool | None = None
     re_modifiers: str | None = Field(default=None, description="CASELESS, GLOBAL (comma separated).")
-    flagIN: int | None = None
-    flagOUT: int | None = None
+    flagIN: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    flagOUT: int | None = Field(default=None, ge=0, le=2_147_483_647)
     replace_pattern: str | None = None
-    timeout_ms: int | None = None
+    timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
     error_msg: str | None = None
     OK_msg: str | None = None
     log: bool | None = None
@@ -109,8 +109,8 @@ class RagSourceIn(ToolInput):
     doc_map_json: dict[str, Any] | None = None
     chunking_json: dict[str, Any] | None = None
     embedding_json: dict[str, Any] | None = None
-    sync_interval_s: int | None = None
-    key_scan_interval_s: int | None = None
+    sync_interval_s: int | None = Field(default=None, ge=0, le=31_536_000)
+    key_scan_interval_s: int | None = Field(default=None, ge=0, le=31_536_000)
     comment: str | None = None
 
 
@@ -123,7 +123,7 @@ class AuthKeyIn(ToolInput):
 
 
 class RuleKeyIn(ToolInput):
-    rule_id: int
+    rule_id: int = Field(ge=0, le=2_147_483_647)
 
 
 class SourceKeyIn(ToolInput):

@@ -485,7 +485,7 @@ def test_cache_changes_are_audited(deployment: Deployment) -> None:
     rpc(deployment.a, "cache", "set_cache_ttl", target_id="maria", ttl_ms=TTL)
     rpc(deployment.a, "cache", "invalidate_cache", target_id="maria")
     rows = rpc(deployment.a, "admin", "admin.audit", since=time.time() - 60, limit=50)["rows"]
-    by_action = {row["action"]: row for row in rows}
+    by_action = {row["action"]: row for row in reversed(rows)}  # rows come newest first: the newest of each wins
     assert by_action["set_cache_ttl"]["endpoint"] == "cache" and by_action["set_cache_ttl"]["outcome"] == "ok"
     assert (
         by_action["set_cache_ttl"]["after"]["target_ids"] == ["maria"]

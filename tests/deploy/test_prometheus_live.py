@@ -148,7 +148,12 @@ def configure_backends(client: httpx.Client, gw: GatewayProcess, tmp: Path) -> N
         "INSERT INTO mcp_target_profiles (target_id, protocol, host, port, database, auth_profile_id) "
         f"VALUES ('closed', 'mysql', '127.0.0.1', {free_port()}, 'nothing', 'nobody')",
     )
-    admin(client, gw, f"INSERT INTO mcp_target_profiles (target_id, protocol, database) VALUES ('files', 'sqlite', '{corpus}')")
+    admin(
+        client,
+        gw,
+        "INSERT INTO mcp_target_profiles (target_id, protocol, database, cache_ttl_ms) "
+        f"VALUES ('files', 'sqlite', '{corpus}', 60000)",
+    )
     admin(client, gw, "LOAD MCP PROFILES TO RUNTIME")
     admin(
         client,
@@ -224,6 +229,11 @@ def test_shipped_prometheus_config_scrapes_two_workers_and_fires_the_shipped_ale
                 call_tool(client, gw, "config", "get_config", {"variable_name": "mcp-port"})
                 missing = call_tool(client, gw, "config", "get_config", {"variable_name": "no-such-variable"})
                 assert missing["isError"]  # a client error: counted, but not a server-side failure
+                for _ in range(2):  # a miss, then a hit of the result cache; clearing it evicts the entry
+                    call_tool(
+                        client, gw, "query", "run_sql_readonly", {"target_id": "files", "sql": "SELECT count(*) FROM notes"}
+                    )
+                assert call_tool(client, gw, "cache", "clear_cache", {})["structuredContent"]["dropped"] == 1
                 sync = call_tool(client, gw, "rag", "rag.admin.sync", {"source_names": ["broken"]})
                 assert sync["structuredContent"].get("accepted"), sync
                 assert client.get("/readyz").status_code == 200
@@ -270,6 +280,10 @@ def test_shipped_prometheus_config_scrapes_two_workers_and_fires_the_shipped_ale
                 assert float(restarts["value"][1]) == 1.0
                 pools = query(prom, 'mcp_gateway_pool_max_connections{target_id="closed"}')
                 assert pools and float(pools[0]["value"][1]) >= 1, pools
+                (hits,) = query(prom, 'mcp_cache_hits_total{target_id="files"}')
+                assert float(hits["value"][1]) == 1.0
+                (cleared,) = query(prom, 'mcp_cache_evictions_total{target_id="files",reason="cleared"}')
+                assert float(cleared["value"][1]) == 1.0
                 (failing,) = query(prom, 'mcp_rag_sync_failing{source="broken"}')
                 assert failing["value"][1] == "1"
                 memory = query(prom, "max by (pid) (max_over_time(mcp_gateway_process_resident_memory_bytes[1m]))")
