@@ -73,7 +73,9 @@ class ShowProcessesIn(TargetIn):
 
 
 class KillQueryIn(TargetIn):
-    process_id: int = Field(ge=1, le=2**63 - 1, description="The process (MariaDB thread id, PostgreSQL pid) from admin_show_processes.")
+    process_id: int = Field(
+        ge=1, le=2**63 - 1, description="The process (MariaDB thread id, PostgreSQL pid) from admin_show_processes."
+    )
 
 
 class CreateUserIn(TargetIn):
