@@ -108,7 +108,7 @@ def drop_database(database: str) -> None:
 
 
 def configure(data_dir: Path, database: str, provider: str, limit_rows: int | None) -> None:
-    from handlers.rag.ingest.cli import open_config
+    from gateway.assembly import open_config
 
     store = open_config(data_dir)
     conn = store.conn()
@@ -139,9 +139,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     data_dir = Path(args.data_dir)
     if args.mode == "read_only":
         return read_only(args.database, args.batch_rows)
-    from handlers.rag.embeddings import make_embedder
+    from gateway.assembly import open_config
+    from handlers.rag.embeddings import index_embedding_config, make_embedder
     from handlers.rag.index import RagIndex
-    from handlers.rag.ingest.cli import index_embedding_config, open_config
     from handlers.rag.ingest.jobs import JobManager
     from handlers.rag.ingest.sync import SyncOptions
 
@@ -193,7 +193,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def read_only(database: str, batch_rows: int) -> dict[str, Any]:
-    from gateway.targets import Target
+    from backends.targets import Target
     from handlers.rag.ingest.sources import ReadPlan, open_reader
 
     target = Target(

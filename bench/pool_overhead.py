@@ -3,7 +3,7 @@
 For each engine (MariaDB, PostgreSQL, SQLite; the local servers of the test setup) one
 thread runs `SELECT 1` N times two ways, alternating in rounds so drift hits both alike:
 
-  pooled    gateway.pools.TargetPools.connection(target) -> SELECT 1 -> return (rollback only
+  pooled    backends.pools.TargetPools.connection(target) -> SELECT 1 -> return (rollback only
             when a transaction may be open: MariaDB sessions are autocommit)
             (the path every query tool takes: health bookkeeping, read-only session)
   connect   the same session settings, a fresh connection per call (connect, SELECT 1, close)
@@ -34,9 +34,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import psycopg  # noqa: E402
 
-from gateway.backends import connect_mysql, connect_sqlite, pg_kwargs  # noqa: E402
-from gateway.pools import TargetPools  # noqa: E402
-from handlers.base import CallContext  # noqa: E402
+from backends.connect import connect_mysql, connect_sqlite, pg_kwargs  # noqa: E402
+from backends.pools import TargetPools  # noqa: E402
+from gateway.tools import CallContext  # noqa: E402
 from handlers.query import QueryHandler  # noqa: E402
 from tests.query import add_auth, add_target, make_services, make_store  # noqa: E402
 

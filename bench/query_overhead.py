@@ -50,9 +50,9 @@ import psycopg  # noqa: E402
 import pymysql  # noqa: E402
 from lean_client import Endpoint, run_http, run_threads, summary, tool_call  # noqa: E402
 
-from handlers.base import CallContext  # noqa: E402
-from handlers.query.readonly import check_readonly  # noqa: E402
-from handlers.query.rules import RuleHits  # noqa: E402
+from backends.readonly import check_readonly  # noqa: E402
+from backends.rules import RuleHits  # noqa: E402
+from gateway.tools import CallContext  # noqa: E402
 
 MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
 POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}

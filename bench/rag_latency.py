@@ -6,7 +6,7 @@ Builds (once, reused from bench/out/rag-<N>-<dim>/) an index of N synthetic chun
 (bench/rag_synth.py: Zipfian text, clustered unit vectors) through the real writer API
 `RagIndex.write_batch`, then measures, on one core per query:
 
-  layer    handlers/rag/vectors.py directly: VectorIndex.search p50/p95 and recall@10 against
+  layer    handlers/rag/vector_store.py directly: VectorIndex.search p50/p95 and recall@10 against
            exact brute force (numpy over the float vectors stored in SQLite), unfiltered and with
            filters (broad source filter via `sql_filter`, a narrow one, a small doc_ids set, and
            the materialised-set approach for comparison), plus an expansion_search sweep.
@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from rag_synth import SOURCES, Corpus  # noqa: E402
 
 from gateway.sqlite import connect, transaction  # noqa: E402
-from handlers.rag.vectors import VectorIndex, read_vectors, sql_filter  # noqa: E402
+from handlers.rag.vector_store import VectorIndex, read_vectors, sql_filter  # noqa: E402
 
 BUILD_VERSION = 1
 MODEL_ID = "bench-synthetic"  # the vectors are synthetic; tool-level runs use query_embedding
@@ -235,7 +235,7 @@ def measure_layer(conn: Any, vindex: VectorIndex, queries: np.ndarray, *, k: int
         found, times = timed(
             lambda q, w=where, p=params: [r for r, _ in vindex.search(conn, q, k, **sql_filter(conn, w, p))], queries
         )
-        out[f"vector_filter_{name}"] = {
+        out[f"ann_filter_{name}"] = {
             **percentiles(times),
             "recall_at_10": recall_at_k(found, truth[name]),
             "allowed_chunks": len(allowed_sets[name]),
@@ -254,7 +254,7 @@ def measure_layer(conn: Any, vindex: VectorIndex, queries: np.ndarray, *, k: int
         ],
         queries[:20],
     )
-    out["vector_filter_source_25pct_materialised_set"] = {
+    out["ann_filter_source_25pct_materialised_set"] = {
         **percentiles(times),
         "recall_at_10": recall_at_k(found, truth["source_25pct"][:20]),
     }

@@ -22,7 +22,7 @@ from rag_latency import percentiles
 
 from gateway.services import Services
 from gateway.sqlite import connect
-from handlers.base import CallContext
+from gateway.tools import CallContext
 from handlers.rag.embeddings import QueryEmbeddingCache
 
 SOURCE_25PCT = 2  # wiki_pages in bench/rag_synth.py SOURCES
@@ -30,9 +30,9 @@ SOURCE_5PCT = 4  # release_notes
 
 
 def _open_handler(out_dir: Path, db: Path):  # noqa: ANN202 - (RagHandler, Embedder)
-    from handlers.rag.embeddings import make_embedder
+    from gateway.assembly import open_config
+    from handlers.rag.embeddings import index_embedding_config, make_embedder
     from handlers.rag.handler import RagHandler
-    from handlers.rag.ingest.cli import index_embedding_config, open_config
 
     store = open_config(out_dir)
     runtime = store.read_runtime()
@@ -70,9 +70,9 @@ def measure_tools(
             lambda i: {"query": texts[i], "k": k, "filters": {"source_ids": [SOURCE_5PCT]}},
         ),
         "vector": ("rag.search_vector", lambda i: vector_args(i, {})),
-        "vector_filter_source_25pct": ("rag.search_vector", lambda i: vector_args(i, {"source_ids": [SOURCE_25PCT]})),
-        "vector_filter_source_5pct": ("rag.search_vector", lambda i: vector_args(i, {"source_ids": [SOURCE_5PCT]})),
-        "vector_filter_docs_20": ("rag.search_vector", lambda i: vector_args(i, {"doc_ids": doc_ids_20})),
+        "ann_filter_source_25pct": ("rag.search_vector", lambda i: vector_args(i, {"source_ids": [SOURCE_25PCT]})),
+        "ann_filter_source_5pct": ("rag.search_vector", lambda i: vector_args(i, {"source_ids": [SOURCE_5PCT]})),
+        "ann_filter_docs_20": ("rag.search_vector", lambda i: vector_args(i, {"doc_ids": doc_ids_20})),
         "hybrid_fuse": ("rag.search_hybrid", lambda i: {"query": texts[i], "k": k, "mode": "fuse"}),
         "hybrid_fuse_filter_source_25pct": (
             "rag.search_hybrid",
@@ -113,9 +113,9 @@ def measure_tools(
     # Recall through the tool: chunk ids back to rowids, against the layer's exact truth.
     for name, truth_key in (
         ("vector", "none"),
-        ("vector_filter_source_25pct", "source_25pct"),
-        ("vector_filter_source_5pct", "source_5pct"),
-        ("vector_filter_docs_20", "docs_20"),
+        ("ann_filter_source_25pct", "source_25pct"),
+        ("ann_filter_source_5pct", "source_5pct"),
+        ("ann_filter_docs_20", "docs_20"),
     ):
         found = results[name].pop("_found")
         ids = sorted({c for row in found for c in row} - rowid_of.keys())

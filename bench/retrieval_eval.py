@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from gateway.runtime import build_runtime  # noqa: E402
 from gateway.services import Services  # noqa: E402
+from gateway.tools import CallContext  # noqa: E402
 from gateway.variables import all_variables  # noqa: E402
-from handlers.base import CallContext  # noqa: E402
 from handlers.rag import RagHandler, fts  # noqa: E402
 from handlers.rag.embeddings import make_embedder  # noqa: E402
 from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex  # noqa: E402

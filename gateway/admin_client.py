@@ -10,8 +10,8 @@ import httpx
 
 from gateway import sqlite
 from gateway.admin_sql import AdminSQL
+from gateway.assembly import open_store
 from gateway.pids import pid_alive
-from gateway.startup import open_store
 from gateway.tls import self_signed_paths
 
 

@@ -23,13 +23,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from gateway import auth, tls
+from gateway.assembly import close_backends, handler_classes, open_store, share_backends
+from gateway.errors import GatewayError
 from gateway.metrics import Metrics
 from gateway.protocol import Dispatcher, Endpoint
 from gateway.services import Services
-from gateway.startup import open_store
-from gateway.stats import ToolStats
+from gateway.tool_counters import ToolCounters
+from gateway.tools import ToolHandler
 from gateway.transport import McpTransport, not_found_body
-from handlers import HANDLER_CLASSES
 
 log = logging.getLogger("mcp_gateway")
 RUNTIME_POLL_S = 0.25
@@ -48,20 +49,16 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         data_dir=data_dir,
         store=store,
         runtime=store.read_runtime(),
-        stats=ToolStats(store),
+        stats=ToolCounters(store),
         metrics=metrics,
         workers=int(os.environ.get("MCP_GATEWAY_WORKERS", "1")),
         port=int(os.environ.get("MCP_GATEWAY_PORT", "0")),
     )
-    handlers = [cls(services) for cls in HANDLER_CLASSES]
+    share_backends(services)
+    handlers = [cls(services) for cls in handler_classes()]
     services.handlers = {h.endpoint: h for h in handlers}
     endpoints: dict[str, Endpoint] = {h.endpoint: Endpoint(h.endpoint, h) for h in handlers}
-
-    def observe_tool(endpoint: str, tool: str, seconds: float, outcome: str, version: str) -> None:
-        metrics.tool_call(endpoint, tool, outcome, version, seconds)
-        services.stats.record(endpoint, tool, seconds, ok=outcome == "ok")
-
-    dispatcher = Dispatcher(services, observe_tool=observe_tool)
+    dispatcher = Dispatcher(services)
     transport = McpTransport(services, endpoints, dispatcher, metrics)
 
     @contextlib.asynccontextmanager
@@ -87,6 +84,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         for handler in handlers:
             with contextlib.suppress(Exception):
                 await handler.close()
+        await anyio.to_thread.run_sync(close_backends, services)
 
     # Starlette serves the lifespan, /metrics, /healthz and the 404s; `/mcp/<name>` goes to the
     # transport, a bare ASGI app (see gateway.transport for why).
@@ -130,13 +128,11 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
 
 def _safe_reason(exc: Exception) -> str:
     # GatewayError messages are written to be shown; anything else may carry a driver's text.
-    from gateway.errors import GatewayError
-
     return exc.message if isinstance(exc, GatewayError) else f"{type(exc).__name__} during start (see the gateway log)"
 
 
-async def _follow_runtime(services: Services, handlers: list) -> None:
-    """Poll runtime_state.version; on change swap the snapshot and tell handlers and TLS."""
+async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> None:
+    """Poll runtime_state.version; on change swap the snapshot and tell the pools, handlers and TLS."""
     store = services.store
     services.metrics.runtime_version.set(services.runtime.version)
     while True:
@@ -147,6 +143,11 @@ async def _follow_runtime(services: Services, handlers: list) -> None:
                 continue
             new = await anyio.to_thread.run_sync(store.read_runtime)
             old, services.runtime = services.runtime, new
+            if services.targets is not None:
+                try:  # rebuilds only the pools of targets that changed
+                    await anyio.to_thread.run_sync(services.targets.update, new)
+                except Exception:
+                    log.exception("the target pools could not apply runtime %s", new.version)
             for handler in handlers:
                 try:
                     await anyio.to_thread.run_sync(handler.on_runtime_change, old, new)

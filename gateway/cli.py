@@ -2,8 +2,8 @@
 
 mcp-gateway serve [--config FILE] [--data-dir DIR] [--workers N] [--port P] [--host H]
 mcp-gateway admin "<statement>" [--data-dir DIR]
-mcp-gateway rag sync [--source NAME] [--data-dir DIR]
 mcp-gateway variables | tools | docs
+and what each handler adds (ToolHandler.add_cli), e.g. mcp-gateway rag sync [--source NAME]
 """
 
 from __future__ import annotations
@@ -30,27 +30,28 @@ def _setup_logging(level: str) -> None:
 
 
 def _banner(prepared: Any, *, scheme: str, host: str, port: int, cert: Path | None) -> str:
+    from gateway.assembly import handler_classes
+
     shown_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
     base = f"{scheme}://{shown_host}:{port}"
     lines = [f"MCP Gateway listening on {base}/mcp/<endpoint>  (metrics: {base}/metrics)"]
     if prepared.generated_tokens:
         lines.append("Generated bearer tokens (shown once; stored in the data directory, readable only by you):")
         lines += [f"  {endpoint:<7} {token}" for endpoint, token in prepared.generated_tokens.items()]
-        rag_token = prepared.generated_tokens.get("rag")
-        if rag_token:
+        for cls in handler_classes():  # the first endpoint that offers an example call and got a token
+            token = prepared.generated_tokens.get(cls.endpoint)
+            if cls.example_call is None or not token:
+                continue
+            tool, arguments = cls.example_call
             cacert = f"--cacert {cert} " if cert else ""
             body = json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "tools/call",
-                    "params": {"name": "rag.search_hybrid", "arguments": {"query": "how do I sort a list", "k": 3}},
-                }
+                {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
             )
             lines.append("Try it:")
             lines.append(
-                f"  curl -s {cacert}-H 'Authorization: Bearer {rag_token}' -H 'Content-Type: application/json' -d '{body}' {base}/mcp/rag"
+                f"  curl -s {cacert}-H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' -d '{body}' {base}/mcp/{cls.endpoint}"
             )
+            break
     return "\n".join(lines)
 
 
@@ -114,7 +115,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from gateway.metrics import multiprocess_registry
 
         start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=multiprocess_registry())
-    _start_background_jobs(data_dir, prepared, args)
+    from gateway.assembly import handler_classes
+
+    for cls in handler_classes():  # jobs the parent runs beside the workers (the demo corpus on first start)
+        cls.before_serve(args, data_dir=data_dir, store=prepared.store, first_start=prepared.fresh)
     try:
         if args.workers > 1:
             Multiprocess(config, sockets=[sock]).run()
@@ -123,15 +127,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         state_file.unlink(missing_ok=True)
     return 0
-
-
-def _start_background_jobs(data_dir: Path, prepared: Any, args: argparse.Namespace) -> None:
-    """Jobs the parent runs beside the workers (the demo corpus on first start)."""
-    if args.no_demo:
-        return
-    from handlers.rag.ingest.demo import start_demo_in_background
-
-    start_demo_in_background(data_dir, store=prepared.store, first_start=prepared.fresh)
 
 
 def cmd_admin(args: argparse.Namespace) -> int:
@@ -147,7 +142,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
 
 
 def variables_table() -> str:
-    from gateway.startup import declared_variables
+    from gateway.assembly import declared_variables
 
     lines = ["| variable | type | default | description |", "|---|---|---|---|"]
     for v in declared_variables().values():
@@ -158,7 +153,7 @@ def variables_table() -> str:
 
 
 def tools_table() -> str:
-    from gateway.startup import handler_classes
+    from gateway.assembly import handler_classes
 
     lines = ["| endpoint | tool | read-only | what it does |", "|---|---|---|---|"]
     for cls in handler_classes():
@@ -199,13 +194,9 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_rag_sync(args: argparse.Namespace) -> int:
-    from handlers.rag.ingest.cli import run_sync
-
-    return run_sync(Path(args.data_dir).resolve(), args.source, progress=not args.quiet)
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from gateway.assembly import handler_classes, open_store
+
     parser = argparse.ArgumentParser(
         prog="mcp-gateway", description="MCP Gateway: safe, bounded, observable MCP access to databases."
     )
@@ -219,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--port", type=int, help="override mcp-port (0 picks a free port)")
     serve.add_argument("--host", help="override mcp-bind_address")
-    serve.add_argument("--no-demo", action="store_true", help="do not build the demo corpus on first start")
+    for cls in handler_classes():
+        cls.add_serve_options(serve)
     serve.set_defaults(func=cmd_serve)
 
     admin = sub.add_parser("admin", help="run an admin statement (running gateway, else the data directory)")
@@ -237,13 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", help="list every endpoint's tools as a Markdown table")
     tools.set_defaults(func=cmd_tools)
 
-    rag = sub.add_parser("rag", help="RAG index jobs")
-    rag_sub = rag.add_subparsers(dest="rag_command", required=True)
-    sync = rag_sub.add_parser("sync", help="sync sources into the index, with a progress bar")
-    sync.add_argument("--source", help="one source name (default: all enabled)")
-    sync.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    sync.add_argument("--quiet", action="store_true")
-    sync.set_defaults(func=cmd_rag_sync)
+    for cls in handler_classes():
+        cls.add_cli(sub, open_store=open_store, default_data_dir=DEFAULT_DATA_DIR)
     return parser
 
 

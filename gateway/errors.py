@@ -9,7 +9,7 @@
      +-- DeadlineExceeded        DEADLINE_EXCEEDED  the call ran past its deadline
      +-- ConfigError             INVALID_ARGUMENT   an admin edit failed validation
 
-Tool functions raise these; `handlers.base` turns them into `isError` tool results and the
+Tool functions raise these; `gateway.tools` turns them into `isError` tool results and the
 protocol layer turns `ProtocolError` into JSON-RPC errors. Driver exceptions are translated
 where the driver is called (`raise Unavailable(...) from exc`), so a client only ever sees a
 safe message and a stable code; the traceback goes to the log.

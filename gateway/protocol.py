@@ -6,14 +6,16 @@ the `MCP-Protocol-Version` header. Modern era (2026-07-28): no handshake; every 
 agree with the body, results carry `resultType`, list results `ttlMs`/`cacheScope`.
 
 `Dispatcher.dispatch` takes a parsed message and returns the response dict (or None for a
-notification). It is pure protocol: HTTP concerns (auth, sizes, content types) live in
-`gateway.transport`; tools live in handlers.
+notification). It is the one place per-call metrics are recorded (requests, durations, errors,
+in-flight, tool counters), around `_answer`, which is pure protocol. HTTP concerns (auth,
+sizes, content types) live in `gateway.transport`; tools live in handlers.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,11 +32,13 @@ from gateway.errors import (
     ProtocolError,
     Unavailable,
 )
-from handlers.base import CallContext, error_result
+from gateway.tools import error_result
 
 if TYPE_CHECKING:
     from gateway.services import Services
-    from handlers.base import ToolHandler
+    from gateway.tools import ToolHandler
+
+log = logging.getLogger("mcp_gateway.http")
 
 LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
 MODERN_VERSIONS = ("2026-07-28",)
@@ -63,10 +67,6 @@ class Envelope(NamedTuple):  # a tuple: built once per request, cheaper than a f
     client: str
 
 
-# Called after each tools/call with (endpoint, tool, seconds, outcome, protocol_version).
-ToolObserver = Callable[[str, str, float, str, str], None]
-
-
 def _b64_header(value: str | None) -> str | None:
     match = re.fullmatch(r"=\?base64\?(.*)\?=", value or "")
     if not match:
@@ -78,9 +78,8 @@ def _b64_header(value: str | None) -> str | None:
 
 
 class Dispatcher:
-    def __init__(self, services: Services, *, observe_tool: ToolObserver) -> None:
+    def __init__(self, services: Services) -> None:
         self.services = services
-        self.observe_tool = observe_tool
         self.methods: dict[str, Callable[[dict[str, Any], Envelope, str], Awaitable[dict[str, Any]]]] = {
             "initialize": self._initialize,
             "ping": self._ping,
@@ -95,24 +94,70 @@ class Dispatcher:
 
     # -- entry point -----------------------------------------------------------------------
     async def dispatch(self, message: Any, env: Envelope) -> dict[str, Any] | None:
+        """Answer one message and record its metrics, once: a tools/call that ran a tool counts
+        as a tool call (Metrics.tool_call, its request included, and the tool counters), any
+        other message as a request of its method."""
+        method = message.get("method") if isinstance(message, dict) else None
+        if not isinstance(method, str):
+            method_label = "other"  # a list or object here is unhashable: never look it up
+        elif method in self.methods:
+            method_label = method
+        else:
+            method_label = "notification" if method.startswith("notifications/") else "other"
+        services = self.services
+        metrics, endpoint = services.metrics, env.endpoint.name
+        metrics.inflight_add(endpoint, 1)
+        started = time.perf_counter()
+        version = ""
+        try:
+            answer, version = await self._answer(message, env)
+        except Exception:  # a bug must not become a 500 with a trace: log it, answer -32603
+            log.exception("dispatch failed on /mcp/%s", endpoint)
+            msg_id = message.get("id") if isinstance(message, dict) else None
+            answer = {
+                "jsonrpc": "2.0",
+                "id": msg_id,
+                "error": {"code": -32603, "message": "internal error; see the gateway log", "data": {"code": "INTERNAL"}},
+            }
+        finally:
+            metrics.inflight_add(endpoint, -1)
+        seconds = time.perf_counter() - started
+        if answer is not None and "error" in answer:
+            error = answer["error"]
+            metrics.count(metrics.errors, endpoint, str(error["code"]), error.get("data", {}).get("code", ""))
+            outcome = "error"
+        elif method_label == "tools/call" and answer is not None:
+            result = answer["result"]
+            tool = env.endpoint.handler.find_tool(message["params"]["name"]).name  # it ran: the name resolves
+            tool_outcome = result["structuredContent"]["error"]["code"] if result["isError"] else "ok"
+            metrics.tool_call(endpoint, tool, tool_outcome, version, seconds)
+            services.stats.record(endpoint, tool, seconds, ok=tool_outcome == "ok")
+            return answer
+        else:
+            outcome = "ok"
+        metrics.observe(metrics.operation_duration, endpoint, method_label, "", outcome, env.header_version or "", value=seconds)
+        metrics.count(metrics.requests, endpoint, method_label, outcome)
+        return answer
+
+    async def _answer(self, message: Any, env: Envelope) -> tuple[dict[str, Any] | None, str]:
+        """The response to one message (None for a notification) and the protocol version it spoke."""
         if not isinstance(message, dict):
-            return _error(None, ProtocolError(INVALID_REQUEST, "a JSON-RPC message must be an object"))
+            return _error(None, ProtocolError(INVALID_REQUEST, "a JSON-RPC message must be an object")), ""
         msg_id = message.get("id")
         method = message.get("method")
         is_request = "id" in message
         if message.get("jsonrpc") != "2.0" or not isinstance(method, str) or (is_request and not _valid_id(msg_id)):
             if not is_request and isinstance(method, str):
-                return None  # a malformed notification gets no answer, as JSON-RPC says
-            return _error(
-                msg_id if _valid_id(msg_id) else None, ProtocolError(INVALID_REQUEST, "not a valid JSON-RPC 2.0 request")
-            )
+                return None, ""  # a malformed notification gets no answer, as JSON-RPC says
+            error = ProtocolError(INVALID_REQUEST, "not a valid JSON-RPC 2.0 request")
+            return _error(msg_id if _valid_id(msg_id) else None, error), ""
         if not is_request:
-            return None  # notifications/* (initialized, cancelled, ...) need no work here
+            return None, ""  # notifications/* (initialized, cancelled, ...) need no work here
         params = message.get("params", {})
         if params is None:
             params = {}
         if not isinstance(params, dict):
-            return _error(msg_id, ProtocolError(INVALID_PARAMS, "params must be an object"))
+            return _error(msg_id, ProtocolError(INVALID_PARAMS, "params must be an object")), ""
         try:
             version = self._era(method, params, env)
             handler = self.methods.get(method)
@@ -120,10 +165,10 @@ class Dispatcher:
                 raise ProtocolError(METHOD_NOT_FOUND, f"method {method!r} is not supported", error_code="NOT_FOUND")
             result = await handler(params, env, version)
         except ProtocolError as exc:
-            return _error(msg_id, exc)
+            return _error(msg_id, exc), ""
         if version in MODERN_VERSIONS:
             result["resultType"] = "complete"
-        return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+        return {"jsonrpc": "2.0", "id": msg_id, "result": result}, version
 
     def _era(self, method: str, params: dict[str, Any], env: Envelope) -> str:
         """The protocol version this request speaks, after the modern header checks."""
@@ -225,23 +270,10 @@ class Dispatcher:
             raise ProtocolError(INVALID_PARAMS, f"unknown tool {name!r} on /mcp/{env.endpoint.name}", error_code="NOT_FOUND")
         if not isinstance(arguments, dict):
             raise ProtocolError(INVALID_PARAMS, "arguments must be an object")
-        started = time.perf_counter()
         if env.endpoint.down_reason:
-            result = error_result(Unavailable(f"/mcp/{env.endpoint.name} is unavailable: {env.endpoint.down_reason}"))
-        else:
-            runtime = self.services.runtime
-            ctx = CallContext(
-                endpoint=env.endpoint.name,
-                tool_name=spec.name,
-                runtime=runtime,
-                deadline=time.monotonic() + runtime.variables["mcp-timeout_ms"] / 1000,
-                protocol_version=version,
-                client=env.client,
-            )
-            result = await handler.execute_tool(spec, arguments, ctx)
-        outcome = result["structuredContent"]["error"]["code"] if result["isError"] else "ok"
-        self.observe_tool(env.endpoint.name, spec.name, time.perf_counter() - started, outcome, version)
-        return result
+            return error_result(Unavailable(f"/mcp/{env.endpoint.name} is unavailable: {env.endpoint.down_reason}"))
+        ctx = handler.context(spec, self.services.runtime, protocol_version=version, client=env.client)
+        return await handler.execute_tool(spec, arguments, ctx)
 
 
 def _valid_id(value: Any) -> bool:

@@ -1,21 +1,74 @@
 """What the app hands every handler at construction: the data directory, the config store,
-the current runtime, statistics and metrics. No module globals; handlers reach nothing else.
+the current runtime, statistics and metrics, and the components endpoints share. No module
+globals, no untyped bag: a shared component is a typed field here.
+
+gateway.assembly builds the database side (`targets`, `sql`) before any handler; the RAG
+handler publishes the index, its embedder and the sync job runner when its init succeeds
+(None while /mcp/rag is down). Other endpoints use those through the small protocols below,
+never through handlers.rag's modules.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
 
 if TYPE_CHECKING:
+    import apsw
+    import numpy as np
+
+    from backends.pools import TargetPools
+    from backends.sql import ReadOnlySql
     from gateway.metrics import Metrics
-    from gateway.stats import ToolStats
-    from handlers.base import ToolHandler
+    from gateway.tool_counters import ToolCounters
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """An embedding model (handlers/rag/embeddings): what the index and the search tools code against."""
+
+    model_id: str  # "local:all-MiniLM-L6-v2@int8", "openai:<model>", "ollama:<model>", "hash:<dim>"
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """float32 array of shape (len(texts), dim) with L2-normalised rows, in input order."""
+        ...
+
+
+class SearchIndex(Protocol):
+    """The retrieval index (handlers/rag/index.py RagIndex), as far as other endpoints see it."""
+
+    path: Path
+    embedding_model_id: str
+    dim: int
+
+    @property
+    def conn(self) -> apsw.Connection:
+        """This thread's read connection to rag.db."""
+        ...
+
+    def meta(self) -> dict[str, str]: ...
+
+
+class SyncJobs(Protocol):
+    """The RAG sync job runner (handlers/rag/ingest/jobs.py JobManager), as other endpoints see it."""
+
+    def recent(self, limit: int) -> list[dict[str, Any]]: ...
+
+    def status(self, job_id: str) -> dict[str, Any]: ...
+
+
+class EndpointState(Protocol):
+    """A handler as the status tools see it (gateway.tools ToolHandler)."""
+
+    down_reason: str  # why init failed, "" while it serves
+    tools: Mapping[str, Any]
 
 
 @dataclass
@@ -23,10 +76,14 @@ class Services:
     data_dir: Path
     store: ConfigStore
     runtime: Runtime
-    stats: ToolStats
+    stats: ToolCounters
     metrics: Metrics
     workers: int = 1
     port: int = 0
     started_at: float = field(default_factory=time.time)
-    handlers: dict[str, ToolHandler] = field(default_factory=dict)
-    shared: dict[str, Any] = field(default_factory=dict)  # components one handler offers others (e.g. "pools")
+    handlers: dict[str, EndpointState] = field(default_factory=dict)  # every endpoint, by name
+    targets: TargetPools | None = None  # the database targets' pools (backends.pools)
+    sql: ReadOnlySql | None = None  # the one read-only SQL path (backends.sql)
+    rag_index: SearchIndex | None = None
+    rag_embedder: Embedder | None = None
+    rag_jobs: SyncJobs | None = None

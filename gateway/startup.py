@@ -19,24 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway import sqlite
+from gateway.assembly import endpoints, open_store
 from gateway.errors import ConfigError
 from gateway.store import ConfigStore
-from gateway.variables import ENDPOINTS, Variable, all_variables
-
-
-def handler_classes() -> list[type]:
-    from handlers import HANDLER_CLASSES
-
-    return list(HANDLER_CLASSES)
-
-
-def declared_variables() -> dict[str, Variable]:
-    return all_variables(v for cls in handler_classes() for v in cls.variables)
-
-
-def open_store(data_dir: Path) -> ConfigStore:
-    modules = [m for cls in handler_classes() for m in cls.config_modules]
-    return ConfigStore(Path(data_dir), variables=declared_variables(), modules=modules)
 
 
 def env_name(variable: str) -> str:
@@ -101,7 +86,7 @@ def prepare(
     generated: dict[str, str] = {}
     if fresh:
         memory = store.memory_variables()
-        for endpoint in ENDPOINTS:
+        for endpoint in endpoints():
             name = f"mcp-{endpoint}_endpoint_auth"
             if not memory.get(name):
                 generated[endpoint] = secrets.token_urlsafe(32)

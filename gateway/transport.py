@@ -14,9 +14,7 @@ apply to one JSON-RPC POST.
 
 from __future__ import annotations
 
-import logging
-import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 from urllib.parse import parse_qsl
 
 import orjson
@@ -28,7 +26,6 @@ from gateway.metrics import Metrics
 from gateway.protocol import ALL_VERSIONS, Dispatcher, Endpoint, Envelope
 from gateway.services import Services
 
-log = logging.getLogger("mcp_gateway.http")
 CORS_HEADERS = "Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Session-Id"
 PREFIX = "/mcp/"  # gateway.app sends `/mcp/<name>` (one non-empty segment) here
 
@@ -185,52 +182,13 @@ class McpTransport:
                 return _rpc_error(400, INVALID_REQUEST, "batches are not allowed after protocol 2025-03-26", "INVALID_ARGUMENT")
             if not message:
                 return _rpc_error(200, INVALID_REQUEST, "empty batch", "INVALID_ARGUMENT")
-            answers = [a for a in [await self._one(m, env) for m in message] if a is not None]
+            answers = [a for a in [await self.dispatcher.dispatch(m, env) for m in message] if a is not None]
             return Reply(200, orjson.dumps(answers), answer=True) if answers else Reply(202)
-        answer = await self._one(message, env)
+        answer = await self.dispatcher.dispatch(message, env)
         if answer is None:
             return Reply(202)
         status = 400 if "error" in answer and answer["error"]["code"] in (-32020, -32022) else 200
         return Reply(status, orjson.dumps(answer), answer=True)
-
-    async def _one(self, message: Any, env: Envelope) -> dict[str, Any] | None:
-        method = message.get("method") if isinstance(message, dict) else None
-        if not isinstance(method, str):
-            method_label = "other"  # a list or object here is unhashable: never look it up
-        elif method in self.dispatcher.methods:
-            method_label = method
-        else:
-            method_label = "notification" if method.startswith("notifications/") else "other"
-        metrics, endpoint = self.metrics, env.endpoint.name
-        metrics.inflight_add(endpoint, 1)
-        started = time.perf_counter()
-        try:
-            answer = await self.dispatcher.dispatch(message, env)
-        except Exception:  # a bug must not become a 500 with a trace: log it, answer -32603
-            log.exception("dispatch failed on /mcp/%s", endpoint)
-            msg_id = message.get("id") if isinstance(message, dict) else None
-            answer = {
-                "jsonrpc": "2.0",
-                "id": msg_id,
-                "error": {"code": -32603, "message": "internal error; see the gateway log", "data": {"code": "INTERNAL"}},
-            }
-        finally:
-            metrics.inflight_add(endpoint, -1)
-        outcome = "ok"
-        if answer is not None and "error" in answer:
-            outcome = "error"
-            error = answer["error"]
-            metrics.count(metrics.errors, endpoint, str(error["code"]), error.get("data", {}).get("code", ""))
-        if method_label == "tools/call":
-            if answer is not None and "result" in answer:
-                return answer  # a tool ran: the dispatcher observed the call, request included (Metrics.tool_call)
-        else:
-            version = env.header_version or ""
-            metrics.observe(
-                metrics.operation_duration, endpoint, method_label, "", outcome, version, value=time.perf_counter() - started
-            )
-        metrics.count(metrics.requests, endpoint, method_label, outcome)
-        return answer
 
 
 async def _read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes | None:

@@ -5,8 +5,9 @@ configuration reference (`mcp-gateway variables --markdown`) and a test that eac
 documented. Values are stored as text in `global_variables` (as ProxySQL does) and parsed
 into typed values when a runtime is built.
 
-Handlers add their own variables through `ToolHandler.variables`; `all_variables()` joins
-the core list with theirs.
+Handlers add their own variables through `ToolHandler.variables`, backends/ through
+backends.declarations; `all_variables()` joins the core list, one bearer-token variable per
+endpoint (the endpoints come from the app's handler list, gateway.assembly) and theirs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 
 from gateway.errors import ConfigError
 
-ENDPOINTS = ("config", "query", "admin", "cache", "stats", "ai", "rag")
 MASK = "********"
 
 
@@ -131,23 +131,25 @@ CORE_VARIABLES: tuple[Variable, ...] = (
         restart_required=True,
     ),
     _v("mcp-stats_show_queries_max_rows", "int", 200, "Most rows show_queries returns.", minimum=1, maximum=10000),
-    *(
-        _v(
-            f"mcp-{endpoint}_endpoint_auth",
-            "tokens",
-            "",
-            f"Bearer token(s) for /mcp/{endpoint}, comma separated. Empty refuses every call.",
-            secret=True,
-        )
-        for endpoint in ENDPOINTS
-    ),
 )
 
 
-def all_variables(extra: Iterable[Variable] = ()) -> dict[str, Variable]:
-    """The core variables plus those handlers declare; a duplicate name is a programming error."""
+def endpoint_auth_variable(endpoint: str) -> Variable:
+    """The bearer-token variable of /mcp/<endpoint>."""
+    return _v(
+        f"mcp-{endpoint}_endpoint_auth",
+        "tokens",
+        "",
+        f"Bearer token(s) for /mcp/{endpoint}, comma separated. Empty refuses every call.",
+        secret=True,
+    )
+
+
+def all_variables(extra: Iterable[Variable] = (), *, endpoints: Iterable[str] = ()) -> dict[str, Variable]:
+    """The core variables, the token variable of each endpoint, and those handlers and backends
+    declare; a duplicate name is a programming error."""
     table: dict[str, Variable] = {}
-    for variable in (*CORE_VARIABLES, *extra):
+    for variable in (*CORE_VARIABLES, *(endpoint_auth_variable(e) for e in endpoints), *extra):
         if variable.name in table:
             raise RuntimeError(f"variable {variable.name} declared twice")
         if not variable.help:

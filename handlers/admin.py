@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from gateway.admin_sql import AdminSQL
-from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 
 class AdminSqlIn(ToolInput):

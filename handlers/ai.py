@@ -6,7 +6,7 @@ stubs: tools/list answers an empty list until real ones land.
 
 from __future__ import annotations
 
-from handlers.base import ToolHandler
+from gateway.tools import ToolHandler
 
 
 class AiHandler(ToolHandler):

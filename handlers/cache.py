@@ -6,7 +6,7 @@ We ship none rather than stubs: tools/list answers an empty list until a real qu
 
 from __future__ import annotations
 
-from handlers.base import ToolHandler
+from gateway.tools import ToolHandler
 
 
 class CacheHandler(ToolHandler):

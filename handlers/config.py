@@ -10,8 +10,7 @@ from pydantic import Field
 
 from gateway import __version__
 from gateway.errors import NotFound
-from gateway.variables import ENDPOINTS
-from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 
 class GetConfigIn(ToolInput):
@@ -195,7 +194,7 @@ class ConfigHandler(ToolHandler):
                 up=name in services.handlers and not getattr(services.handlers[name], "down_reason", ""),
                 tools=len(services.handlers[name].tools) if name in services.handlers else 0,
             )
-            for name in ENDPOINTS
+            for name in services.handlers
         ]
         return StatusOut(
             version=__version__,

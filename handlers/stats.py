@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from backends.digest import query_digest_stats
 from gateway.errors import NotFound
-from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
-from handlers.query.digest import query_digest_stats
+from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 STAT_NAMES = ("requests_total", "failures_total", "inflight", "auth_failures_total", "workers", "runtime_version", "uptime_s")
 METRIC_CATEGORIES = {
@@ -139,7 +139,7 @@ class StatsHandler(ToolHandler):
             HandlerHealth(endpoint=name, status="down" if h.down_reason else "up", reason=h.down_reason)
             for name, h in self.services.handlers.items()
         ]
-        pools = self.services.shared.get("pools")
+        pools = self.services.targets
         backends = pools.stats() if pools is not None else []
         degraded = any(h.status == "down" for h in handlers) or any(b.get("healthy") is False for b in backends)
         return HealthOut(status="degraded" if degraded else "ok", handlers=handlers, backends=backends)
@@ -177,9 +177,8 @@ class StatsHandler(ToolHandler):
     @tool("show_queries", title="Query digests", read_only=True)
     def show_queries(self, args: ShowQueriesIn, ctx: CallContext) -> ShowQueriesOut:
         """Normalised statements run through /mcp/query with counts, total/min/max time and p50/p90/p95/p99."""
-        query = self.services.handlers.get("query")
-        if query is not None:
-            query.flush_stats()  # this worker's pending digests first, like show_tool_usage
+        if self.services.sql is not None:
+            self.services.sql.flush_stats()  # this worker's pending digests first, like show_tool_usage
         limit = min(args.limit, ctx.runtime.var("mcp-stats_show_queries_max_rows"))
         rows = query_digest_stats(self.services.store, sort_by=args.sort_by, limit=limit + 1, min_count=args.min_count)
         return ShowQueriesOut(queries=rows[:limit], truncated=len(rows) > limit)
@@ -187,7 +186,7 @@ class StatsHandler(ToolHandler):
     @tool("show_connections", title="Backend connections", read_only=True)
     def show_connections(self, args: Empty, ctx: CallContext) -> ConnectionsOut:
         """Backend connection pools per target (size, in use, idle, waiting, errors) and requests in flight."""
-        pools = self.services.shared.get("pools")
+        pools = self.services.targets
         return ConnectionsOut(
             pools=pools.stats() if pools is not None else [], active_requests=self.services.metrics.totals()["inflight"]
         )

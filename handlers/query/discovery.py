@@ -13,27 +13,23 @@ import binascii
 import hashlib
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
-import pymysql
 from pydantic import BaseModel, Field
 
-from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, NotFound
-from gateway.pools import TargetPools, connection_broken
-from gateway.targets import Target
-from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
-from handlers.query.dialects import catalog_for
+from backends.dialects import catalog_for
+from backends.driver_errors import DRIVER_ERRORS, is_timeout
+from backends.pools import TargetPools, connection_broken
+from backends.targets import Target, default_schema
+from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, NotFound, Unavailable
+from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 log = logging.getLogger("mcp_gateway.query")
 
 NAME = Field(min_length=1, max_length=256)
-DRIVER_ERRORS = (pymysql.err.Error, psycopg.Error, sqlite3.Error)
-MYSQL_TIMEOUT_CODES = (1969, 3024)  # MariaDB max_statement_time, MySQL max_execution_time
 
 
 class Stats(BaseModel):
@@ -42,14 +38,6 @@ class Stats(BaseModel):
 
 def _ms_since(started: float) -> Stats:
     return Stats(ms=int((time.monotonic() - started) * 1000))
-
-
-def is_timeout(exc: BaseException) -> bool:
-    if isinstance(exc, psycopg.errors.QueryCanceled):
-        return True
-    if isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] in MYSQL_TIMEOUT_CODES:
-        return True
-    return isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc)
 
 
 # -- page tokens ----------------------------------------------------------------------------
@@ -200,22 +188,14 @@ class GetConstraintsOut(ToolOutput):
 # -- the tools ------------------------------------------------------------------------------
 
 
-def default_schema(target: Target, schema: str | None) -> str:
-    if schema:
-        return schema
-    if target.protocol == "sqlite":
-        return "main"
-    if target.protocol == "pgsql":
-        return target.default_schema or "public"
-    if target.database or target.default_schema:
-        return target.database or target.default_schema
-    raise InvalidArgument(f"schema is required: target {target.target_id} has no default database")
-
-
 class DiscoveryTools(ToolHandler):
-    """Mixin of QueryHandler. `self.pools` is the handler's TargetPools."""
+    """Mixin of QueryHandler, over the app's target pools (services.targets)."""
 
-    pools: TargetPools
+    @property
+    def pools(self) -> TargetPools:
+        if self.services.targets is None:
+            raise Unavailable("query targets are not initialised")
+        return self.services.targets
 
     @contextmanager
     def catalog(self, target_id: str | None, tool_name: str) -> Iterator[tuple[Target, Any]]:

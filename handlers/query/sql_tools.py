@@ -1,65 +1,27 @@
 """The SQL-executing tools of /mcp/query: run_sql_readonly, explain_sql, sample_rows and
 sample_distinct, for MySQL/MariaDB, PostgreSQL and SQLite targets.
 
-Every statement takes one path (`_run`): resolve the target -> MCP query rules (block,
-answer, rewrite, lower the timeout) -> the read-only parser allowlist, which regenerates the
-text that runs (readonly.py) -> the engine's read-only transaction with a server-side
-timeout, one statement per call, row and byte caps (execute.py) -> digest and rule-hit
-statistics. The sampling tools build their statement as a sqlglot tree from parsed
-expressions and quoted identifiers, then take the same path.
-
-`SqlTools` is a mixin: QueryHandler inherits from it and owns the pools
-(services.shared["pools"], a gateway.pools.TargetPools).
+Every statement takes the one read-only SQL path, services.sql (backends/sql.py: query
+rules, the read-only allowlist, caps, execution, digests). The sampling tools build their
+statement as a sqlglot tree from parsed expressions and quoted identifiers, then take the
+same path. `SqlTools` is a mixin of QueryHandler.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 from sqlglot import exp
 
+from backends.readonly import dialect_of, parse_fragment, table_ref
+from backends.sql import ReadOnlySql
+from backends.targets import Target
 from gateway.errors import InvalidArgument, Unavailable
-from gateway.store import ConfigModule
-from gateway.variables import Variable
-from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
-from handlers.query.digest import DigestRecorder, normalize_text
-from handlers.query.execute import ResultSet, execute_readonly, explain_prefix
-from handlers.query.readonly import CheckedStatement, check_readonly, dialect_of, parse_fragment, refuse, table_ref
-from handlers.query.rules import QUERY_RULES_MODULE, RuleHits, RuleSet
+from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
-if TYPE_CHECKING:
-    from gateway.services import Services
-
-log = logging.getLogger("mcp_gateway.query")
-
-SQL_VARIABLES: tuple[Variable, ...] = (
-    Variable(
-        "mcp-query_max_response_bytes",
-        "int",
-        "1000000",
-        "Most bytes of row data (as JSON) one SQL tool call returns; more sets truncated=true.",
-        minimum=1024,
-        maximum=256 * 1024 * 1024,
-    ),
-    Variable(
-        "mcp-query_refuse_privileged_targets",
-        "bool",
-        "false",
-        "Refuse SQL on a target whose account can write or reach server files (see privilege warnings) instead of only warning.",
-    ),
-)
 MAX_SQL_CHARS = 65_536
-
-
-def _var(ctx: CallContext, declaration: Variable) -> Any:
-    """The runtime value; the declaration's default while a runtime predates the declaration."""
-    if declaration.name in ctx.runtime.variables:
-        return ctx.runtime.var(declaration.name)
-    return declaration.parse(None)
 
 
 # -- inputs and outputs ------------------------------------------------------------------------
@@ -155,154 +117,16 @@ class SampleDistinctIn(ToolInput):
 
 
 class SqlTools(ToolHandler):
-    variables: ClassVar[tuple[Variable, ...]] = SQL_VARIABLES
-    config_modules: ClassVar[tuple[ConfigModule, ...]] = (QUERY_RULES_MODULE,)
-
-    def __init__(self, services: Services) -> None:
-        super().__init__(services)
-        self.digests = DigestRecorder()
-        self.rule_hits = RuleHits()
-        self._rules: tuple[Any, RuleSet] = ((), RuleSet([]))
-
-    # -- the one path ------------------------------------------------------------------------
-    def _ruleset(self, ctx: CallContext) -> RuleSet:
-        rows = ctx.runtime.table("runtime_mcp_query_rules")
-        cached_rows, ruleset = self._rules
-        if rows is not cached_rows:
-            ruleset = RuleSet.from_rows(rows)
-            self._rules = (rows, ruleset)
-        return ruleset
-
-    def _pools(self) -> Any:
-        pools = self.services.shared.get("pools")
-        if pools is None:
+    def _sql(self) -> ReadOnlySql:
+        if self.services.sql is None:
             raise Unavailable("query targets are not initialised")
-        return pools
+        return self.services.sql
 
-    def _check_privileges(self, ctx: CallContext, target: Any, conn: Any) -> None:
-        """With mcp-query_refuse_privileged_targets on, refuse a target whose account the LOAD
-        of MCP PROFILES found able to write or reach server files (runtime privilege_warnings)."""
-        if not _var(ctx, SQL_VARIABLES[1]):
-            return
-        row = next((r for r in ctx.runtime.table("runtime_mcp_target_profiles") if r["target_id"] == target.target_id), {})
-        warnings = json.loads(row.get("privilege_warnings") or "[]")
-        if warnings:
-            raise Unavailable(
-                f"target {target.target_id} is refused because mcp-query_refuse_privileged_targets is on: {'; '.join(warnings)}"
-            )
+    def _target(self, target_id: str | None) -> Target:
+        return self._sql().targets.resolve(target_id)
 
-    def _run(
-        self,
-        ctx: CallContext,
-        *,
-        tool_name: str,
-        sql: str,
-        target_id: str | None,
-        schema: str | None,
-        max_rows: int | None,
-        timeout_ms: int | None,
-        explain: str | None = None,  # None, "plan" or "analyze"
-    ) -> dict[str, Any]:
-        started = time.perf_counter()
-        pools = self._pools()
-        target = pools.resolve(target_id)
-        rows_cap = min(max_rows or target.max_rows, target.max_rows)
-        max_bytes = int(_var(ctx, SQL_VARIABLES[0]))
-        outcome = self._ruleset(ctx).evaluate(
-            sql=sql,
-            username=target.username,
-            target_id=target.target_id,
-            schemaname=schema or target.default_schema,
-            tool_name=tool_name,
-        )
-        if outcome.matched:
-            self.rule_hits.count(outcome.matched, username=target.username, target_id=target.target_id)
-        if outcome.log:
-            log.info(
-                "query rule match: rules=%s tool=%s target=%s user=%s",
-                outcome.matched,
-                tool_name,
-                target.target_id,
-                target.username,
-            )
-        try:
-            if outcome.error_msg is not None:
-                raise InvalidArgument(outcome.error_msg, details={"rule_id": outcome.error_rule})
-            timeout = min(timeout_ms or target.timeout_ms, target.timeout_ms, outcome.timeout_ms or target.timeout_ms)
-            timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
-            stats: dict[str, Any] = {
-                "max_rows": rows_cap,
-                "max_bytes": max_bytes,
-                "timeout_ms": timeout,
-                "rules": outcome.matched,
-            }
-            if outcome.ok_msg is not None:
-                return self._answer(target.target_id, None, started, stats, message=outcome.ok_msg)
-            checked = check_readonly(outcome.sql, target.protocol, row_cap=None if explain else rows_cap + 1)
-            if explain and checked.kind != "select":
-                raise refuse("explain_sql takes a SELECT without EXPLAIN")
-            with pools.connection(target.target_id) as (target, conn):
-                self._check_privileges(ctx, target, conn)
-                text = (
-                    explain_prefix(target.protocol, conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
-                )
-                db_started = time.perf_counter()
-                try:
-                    result = execute_readonly(
-                        target.protocol, conn, text, timeout_ms=timeout, max_rows=rows_cap, max_bytes=max_bytes, schema=schema
-                    )
-                finally:
-                    stats["digest"] = self._record(tool_name, target.target_id, checked, (time.perf_counter() - db_started) * 1e6)
-            return self._answer(target.target_id, result, started, stats)
-        finally:
-            self._maybe_flush()
-
-    def _record(self, tool_name: str, target_id: str, checked: CheckedStatement, elapsed_us: float) -> str:
-        text = normalize_text(checked.sql)
-        return self.digests.record(tool_name=tool_name, target_id=target_id, digest_text=text, elapsed_us=int(elapsed_us))
-
-    def _maybe_flush(self) -> None:
-        store = self.services.store
-        for recorder in (self.digests, self.rule_hits):
-            if recorder.due():
-                try:
-                    recorder.flush(store)
-                except Exception:  # noqa: BLE001 - statistics must never fail a call
-                    log.warning("flushing query statistics failed", exc_info=True)
-
-    async def close(self) -> None:
-        """Write what statistics are pending, then let the next class in line close."""
-        try:
-            self.flush_stats()
-        except Exception:  # noqa: BLE001 - shutting down: log, do not block the rest
-            log.warning("flushing query statistics at close failed", exc_info=True)
-        await super().close()
-
-    def flush_stats(self) -> None:
-        """Write pending digests and rule hits now (shutdown, or before show_queries)."""
-        self.digests.flush(self.services.store)
-        self.rule_hits.flush(self.services.store)
-
-    @staticmethod
-    def _answer(
-        target_id: str, result: ResultSet | None, started: float, stats: dict[str, Any], *, message: str | None = None
-    ) -> dict[str, Any]:
-        stats = {
-            **stats,
-            "db_ms": round(result.db_ms, 3) if result else 0.0,
-            "result_bytes": result.result_bytes if result else 0,
-        }
-        stats["ms"] = round((time.perf_counter() - started) * 1000, 3)
-        return {
-            "target_id": target_id,
-            "columns": result.columns if result else [],
-            "rows": result.rows if result else [],
-            "row_count": len(result.rows) if result else 0,
-            "truncated": result.truncated if result else False,
-            "truncated_reason": result.truncated_reason if result else None,
-            "message": message,
-            "stats": stats,
-        }
+    def _run(self, ctx: CallContext, **statement: Any) -> dict[str, Any]:
+        return self._sql().run(ctx, **statement)
 
     # -- tools -------------------------------------------------------------------------------
     @tool("run_sql_readonly", title="Run read-only SQL", read_only=True, idempotent=True)
@@ -336,7 +160,7 @@ class SqlTools(ToolHandler):
         analyze=true runs the statement to measure it (EXPLAIN ANALYZE; MariaDB's ANALYZE) and is
         refused unless the target allows it. The statement passes the same read-only checks as
         run_sql_readonly. Refused when the target's allow_explain is off."""
-        target = self._pools().resolve(args.target_id)
+        target = self._target(args.target_id)
         if not target.allow_explain:
             raise InvalidArgument(f"target {target.target_id} does not allow EXPLAIN (allow_explain=0)")
         if args.analyze and not target.allow_explain_analyze:
@@ -358,7 +182,7 @@ class SqlTools(ToolHandler):
         The table and schema are identifiers (quoted for you, any name works); columns, where
         and order_by are SQL expressions, parsed and rebuilt (never pasted into SQL), and
         checked like run_sql_readonly. Same result shape and caps as run_sql_readonly."""
-        dialect = dialect_of(self._pools().resolve(args.target_id).protocol)
+        dialect = dialect_of(self._target(args.target_id).protocol)
         columns = [parse_fragment(c, "column", dialect) for c in args.columns] if args.columns else [exp.Star()]
         query = exp.Select(expressions=columns).from_(table_ref(args.table, args.schema_), copy=False)
         if args.where:
@@ -384,7 +208,7 @@ class SqlTools(ToolHandler):
 
         Columns of the result: value, count. `where` filters rows first. Parsed, rebuilt and
         checked like sample_rows; at most `limit` values (truncated=true when there are more)."""
-        dialect = dialect_of(self._pools().resolve(args.target_id).protocol)
+        dialect = dialect_of(self._target(args.target_id).protocol)
         column = parse_fragment(args.column, "column", dialect)
         value, count = exp.to_identifier("value", quoted=True), exp.to_identifier("count", quoted=True)
         query = exp.Select(expressions=[exp.alias_(column, value), exp.alias_(exp.Count(this=exp.Star()), count)])

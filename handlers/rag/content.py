@@ -8,7 +8,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from handlers.rag import vectors
+from handlers.rag import vector_store
 from handlers.rag.models import ChunksReturn, DocsReturn
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
@@ -60,7 +60,7 @@ def mmr_order(
     """
     if len(chunks) < 3:
         return chunks
-    found, matrix = vectors.read_vectors(conn, [rowids[c["chunk_id"]] for c in chunks], dim)
+    found, matrix = vector_store.read_vectors(conn, [rowids[c["chunk_id"]] for c in chunks], dim)
     by_rowid = {int(r): matrix[i] for i, r in enumerate(found)}
     vecs = np.stack([by_rowid.get(rowids[c["chunk_id"]], np.zeros(dim, dtype=np.float32)) for c in chunks])
     similarity = vecs @ vecs.T

@@ -20,13 +20,13 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from backends.dialects import catalog_for
+from backends.driver_errors import DRIVER_ERRORS, is_timeout
+from backends.pools import TargetPools, connection_broken
+from backends.targets import Target, default_schema
+from backends.values import json_safe
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, LimitExceeded, NotFound, Unavailable
-from gateway.pools import TargetPools, connection_broken
-from gateway.targets import Target
-from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
-from handlers.query.dialects import catalog_for
-from handlers.query.discovery import DRIVER_ERRORS, default_schema, is_timeout
-from handlers.query.values import json_safe
+from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 from handlers.rag.ingest.sources_config import SourceSpec
 
 log = logging.getLogger("mcp_gateway.rag.fetch")
@@ -139,7 +139,7 @@ class _SourceTable:
 
 
 class FetchTools(ToolHandler):
-    """Mixin of the /mcp/rag handler. Needs services.shared["rag_index"] and ["pools"]."""
+    """Mixin of the /mcp/rag handler, over services.rag_index and services.targets."""
 
     @tool("rag.fetch_from_source", title="Fetch source rows", read_only=True)
     def fetch_from_source(self, args: FetchFromSourceIn, ctx: CallContext) -> FetchFromSourceOut:
@@ -149,12 +149,11 @@ class FetchTools(ToolHandler):
         bytes (truncated=true says something was left out). Each document that cannot be
         fetched is listed in `errors` with a code."""
         started = time.monotonic()
-        index = self.services.shared.get("rag_index")
-        pools: TargetPools | None = self.services.shared.get("pools")
+        index, pools = self.services.rag_index, self.services.targets
         if index is None:
             raise Unavailable("the RAG index is not open")
         if pools is None:
-            raise Unavailable("query targets are not initialised (the /mcp/query endpoint is off)")
+            raise Unavailable("database targets are not initialised")
         doc_ids = list(dict.fromkeys(args.doc_ids))
         docs = self._documents(index, doc_ids)
         specs = self._sources(ctx)

@@ -18,8 +18,8 @@ from typing import Any
 import apsw
 
 from gateway.errors import InvalidArgument
+from handlers.rag.ann_filter import FIRST_CHECK, admits_many, batch_check
 from handlers.rag.filters import FilterSQL
-from handlers.rag.vector_filter import FIRST_CHECK, admits_many, batch_check
 
 # bm25 column weights (chunk_id, title, body). A title match says more about what a chunk is
 # about than one in a long body; the value is tuned on Cranfield (bench/retrieval_eval.py).
@@ -159,7 +159,7 @@ def ranked(
 ) -> list[tuple[int, float]]:
     """(chunk_rowid, bm25) best first (bm25 is negative; lower is better), filters applied in SQL.
 
-    `narrowing` is the filter's `vector_filter.sql_filter` form when the caller has it already
+    `narrowing` is the filter's `ann_filter.sql_filter` form when the caller has it already
     (a hybrid search computes it once for both halves); a batch check means a broad filter."""
     if limit <= 0:
         return []

@@ -6,29 +6,34 @@ tool enforces the rag-* caps (limits.py) and reports `truncated` and `stats`.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import binascii
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 import numpy as np
 
 from gateway.errors import InvalidArgument, NotFound, Unavailable
-from gateway.store import ConfigModule
+from gateway.store import ConfigModule, ConfigStore
+from gateway.tools import CallContext, tool
 from gateway.variables import Variable
-from handlers.base import CallContext, tool
 from handlers.rag import content, fts, search
+from handlers.rag.embeddings import index_embedding_config
 from handlers.rag.fetch import FetchTools
 from handlers.rag.filters import FilterSQL, all_sources_enabled, build_filter
 from handlers.rag.index import RagIndex
+from handlers.rag.ingest.commands import add_commands
+from handlers.rag.ingest.demo import start_demo_in_background
 from handlers.rag.ingest.reconcile import apply_source_changes, source_states
 from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
 from handlers.rag.ingest.tools import SyncTools
-from handlers.rag.limits import Call, Caps, fit_to_bytes
+from handlers.rag.limits import Call, fit_to_bytes
 from handlers.rag.models import (
     AdminStatsIn,
     AdminStatsOut,
@@ -51,17 +56,6 @@ RECENT_JOBS_IN_STATS = 5
 FOLLOW_INTERVAL_S = 1.0  # how often each process looks for vectors other processes committed
 
 log = logging.getLogger(__name__)
-
-
-def index_embedding_config(runtime: Any) -> dict[str, Any]:
-    """The index's embedder from the rag-embedding_* variables (the server and `rag sync` alike)."""
-    return {
-        "provider": runtime.var("rag-embedding_provider"),
-        "model": runtime.var("rag-embedding_model"),
-        "api_base": runtime.var("rag-embedding_api_base"),
-        "api_key": runtime.var("rag-embedding_api_key"),
-        "dim": runtime.var("rag-embedding_dim"),
-    }
 
 
 def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
@@ -94,6 +88,11 @@ class RagHandler(SyncTools, FetchTools):
         "then fetch text for the chunk_ids you keep with rag.get_chunks. Scores are higher-is-better in [0, 1]."
     )
     variables: ClassVar[tuple[Variable, ...]] = RAG_VARIABLES
+    timeout_variable: ClassVar[str] = "rag-timeout_ms"
+    example_call: ClassVar[tuple[str, dict[str, Any]] | None] = (
+        "rag.search_hybrid",
+        {"query": "how do I sort a list", "k": 3},
+    )
     config_modules: ClassVar[tuple[ConfigModule, ...]] = (RAG_SOURCES_MODULE,)
 
     index: RagIndex | None = None
@@ -105,6 +104,23 @@ class RagHandler(SyncTools, FetchTools):
         super().__init__(services)
         self._closing = threading.Event()  # stops a purge of removed sources and the follower at shutdown
         self._follower: threading.Thread | None = None
+
+    # -- the command line ------------------------------------------------------------------
+    @classmethod
+    def add_cli(
+        cls, commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
+    ) -> None:
+        add_commands(commands, open_store=open_store, default_data_dir=default_data_dir)
+
+    @classmethod
+    def add_serve_options(cls, serve: argparse.ArgumentParser) -> None:
+        serve.add_argument("--no-demo", action="store_true", help="do not build the demo corpus on first start")
+
+    @classmethod
+    def before_serve(cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool) -> None:
+        """The demo corpus: built on first start, synced in the background beside the workers."""
+        if not args.no_demo:
+            start_demo_in_background(data_dir, store=store, first_start=first_start)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:
@@ -128,8 +144,7 @@ class RagHandler(SyncTools, FetchTools):
         self.index.vectors.refresh(self.index.conn)
         self._follower = threading.Thread(target=self._follow_index, args=(self.index,), name="rag-ann-follower", daemon=True)
         self._follower.start()
-        self.services.shared["rag_index"] = self.index
-        self.services.shared["rag_embedder"] = embedder
+        self.services.rag_index, self.services.rag_embedder = self.index, embedder
         self.start_ingest()
 
     def on_runtime_change(self, old: Any, new: Any) -> None:
@@ -161,7 +176,7 @@ class RagHandler(SyncTools, FetchTools):
             self._embedding_thread.shutdown(wait=False, cancel_futures=True)
         if self.index is not None:
             index, self.index = self.index, None
-            self.services.shared.pop("rag_index", None)
+            self.services.rag_index = self.services.rag_embedder = None
             await anyio.to_thread.run_sync(index.close)
         await super().close()
 
@@ -209,7 +224,7 @@ class RagHandler(SyncTools, FetchTools):
         (score_fts in [0,1], higher is better; score_fts_raw is SQLite's bm25) and, on request,
         highlighted snippets; fetch text with rag.get_chunks. The query's words are matched
         (any of them, stemmed); syntax "fts5" takes FTS5 query syntax as written."""
-        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        index, call = self._index(), Call.of(ctx)
         call.check_query(args.query)
         match = fts.build_match(args.query, syntax=args.syntax)
         if match is None:
@@ -229,7 +244,7 @@ class RagHandler(SyncTools, FetchTools):
         """Nearest chunks by meaning. Give query_text (embedded with the index's model) or
         query_embedding {dim, values_b64: float32 little-endian, base64}, used as given. score_vec
         in [0,1] is 1 - cosine_distance/2; distance_raw is the cosine distance."""
-        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        index, call = self._index(), Call.of(ctx)
         if (args.query_text is None) == (args.query_embedding is None):
             raise InvalidArgument("give exactly one of query_text and query_embedding")
         self._check_model(index, args.embedding.model if args.embedding else None)
@@ -260,7 +275,7 @@ class RagHandler(SyncTools, FetchTools):
         matches and re-ranks them by vector similarity (vec_metric cosine|l2|dot), keeping
         rerank_k. score in [0,1], higher is better; score_fts/score_vec and the raw values are
         given alongside, and debug.rank_fts/rank_vec show where each hit ranked."""
-        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        index, call = self._index(), Call.of(ctx)
         call.check_query(args.query)
         match = fts.build_match(args.query)
         if match is not None:
@@ -285,7 +300,7 @@ class RagHandler(SyncTools, FetchTools):
         {lambda} re-orders by maximal marginal relevance (pushes near-duplicates down), and
         max_output_tokens caps the total body text (about 4 characters per token). Ids not in
         the index are listed in `missing`; NOT_FOUND if none is."""
-        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        index, call = self._index(), Call.of(ctx)
         wanted = list(dict.fromkeys(args.chunk_ids))
         served = wanted[: call.clamp(len(wanted), call.caps.k_max)]
         conn = index.conn
@@ -312,7 +327,7 @@ class RagHandler(SyncTools, FetchTools):
         """Whole canonical documents by doc_id (title, body, metadata, pk_json of the source
         row). Bodies can be long: prefer rag.get_chunks for grounding. Ids not in the index are
         listed in `missing`; NOT_FOUND if none is."""
-        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        index, call = self._index(), Call.of(ctx)
         wanted = list(dict.fromkeys(args.doc_ids))
         served = wanted[: call.clamp(len(wanted), call.caps.k_max)]
         conn = index.conn
@@ -335,7 +350,7 @@ class RagHandler(SyncTools, FetchTools):
     def admin_stats(self, args: AdminStatsIn, ctx: CallContext) -> AdminStatsOut:
         """Per-source document and chunk counts with the last sync, and the index's size,
         schema version and embedding model."""
-        index, call = self._index(), Call(Caps.of(ctx.runtime), outer_deadline=ctx.deadline)
+        index, call = self._index(), Call.of(ctx)
         conn = index.conn
         with call.sqlite_deadline(conn):
             counts = index.source_counts()
@@ -361,7 +376,7 @@ class RagHandler(SyncTools, FetchTools):
                 "vectors": conn.execute("SELECT count(*) FROM rag_vec_chunks").fetchall()[0][0],
             }
         size = sum(p.stat().st_size for p in (index.path, index.path.with_name(index.path.name + "-wal")) if p.exists())
-        jobs = self.services.shared.get("rag_jobs")
+        jobs = self.jobs
         return AdminStatsOut(
             sources=sources,
             jobs=jobs.recent(RECENT_JOBS_IN_STATS) if jobs is not None else [],

@@ -5,7 +5,7 @@
     index.write_batch(docs, delete_doc_ids=..., in_transaction=...)
 
 `write_batch` is the only way content enters the index: documents, chunks, their FTS rows
-(triggers on rag_chunks), their vectors (handlers/rag/vectors.py) and the caller's own
+(triggers on rag_chunks), their vectors (handlers/rag/vector_store.py) and the caller's own
 bookkeeping (the sync cursor) commit in ONE transaction, so a crash can never leave the
 keyword index, the vectors and the sync state out of step.
 """
@@ -65,16 +65,16 @@ class RagIndex:
     """One rag.db: per-thread apsw connections, the recorded embedding model, the vector index."""
 
     def __init__(self, path: Path, *, embedding_model_id: str, dim: int) -> None:
-        from handlers.rag import vectors  # the ANN helper's module (vector storage and search)
+        from handlers.rag import vector_store  # the ANN helper's module (vector storage and search)
 
         self.path = Path(path)
         self.embedding_model_id = embedding_model_id
         self.dim = dim
-        self._vectors_module = vectors
+        self._vectors_module = vector_store
         self._local = threading.local()
         self._connections: list[apsw.Connection] = []
         self._lock = threading.Lock()
-        self.vectors = vectors.VectorIndex(self.path, dim=dim)
+        self.vectors = vector_store.VectorIndex(self.path, dim=dim)
 
     @classmethod
     def open(cls, path: Path, *, embedding_model_id: str, dim: int) -> RagIndex:
@@ -211,7 +211,7 @@ class RagIndex:
 
 
 def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int) -> None:
-    from handlers.rag import vectors
+    from handlers.rag import vector_store
 
     with sqlite.transaction(conn):
         has_meta = sqlite.scalar(conn, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rag_meta'")
@@ -231,7 +231,7 @@ def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int)
                 f"configured embedder is {embedding_model_id!r} ({dim} dims); configure that model or rebuild the index "
                 "(move rag.db away and sync again)"
             )
-        vectors.apply_vector_schema(conn, dim)
+        vector_store.apply_vector_schema(conn, dim)
         for key, value in (
             ("schema_version", str(SCHEMA_VERSION)),
             ("embedding_model", embedding_model_id),

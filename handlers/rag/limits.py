@@ -3,7 +3,8 @@
 A cap that refuses a request outright raises LimitExceeded (an oversized query: cutting it would
 change its meaning); a cap that trims a result sets `truncated` (k above rag-k_max, candidates
 above rag-candidates_max, a response above rag-response_max_bytes). rag-timeout_ms bounds the
-whole call: SQLite statements are interrupted by a progress handler once it passes.
+whole call (RagHandler.timeout_variable: the tool base sets the call's deadline from it), and
+SQLite statements are interrupted by a progress handler once it passes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import apsw
 import orjson
 
+from gateway.call import CallContext
 from gateway.errors import DeadlineExceeded, LimitExceeded
 from gateway.runtime import Runtime
 
@@ -44,13 +46,18 @@ class Caps:
 
 
 class Call:
-    """One tool call's bookkeeping: start time, deadline, and whether any cap trimmed the result."""
+    """One tool call's bookkeeping: its caps, start time, deadline, and whether any cap trimmed the result."""
 
-    def __init__(self, caps: Caps, *, outer_deadline: float) -> None:
+    def __init__(self, caps: Caps, *, deadline: float) -> None:
         self.caps = caps
         self.started = time.monotonic()
-        self.deadline = min(outer_deadline, self.started + caps.timeout_ms / 1000)
+        self.deadline = deadline
         self.truncated = False
+
+    @classmethod
+    def of(cls, ctx: CallContext) -> Call:
+        """The call's caps from its runtime, under the deadline the tool base gave it."""
+        return cls(Caps.of(ctx.runtime), deadline=ctx.deadline)
 
     def ms(self) -> float:
         return round((time.monotonic() - self.started) * 1000, 3)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.base import ToolInput, ToolOutput
+from gateway.tools import ToolInput, ToolOutput
 
 MAX_FILTER_VALUES = 1000  # per filter list
 MAX_IDS = 1000  # chunk_ids / doc_ids per get_* call (rag-k_max then cuts what is returned)

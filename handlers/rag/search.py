@@ -20,12 +20,12 @@ import apsw
 import numpy as np
 
 from gateway.errors import InvalidArgument
-from handlers.rag import fts, vectors
+from handlers.rag import fts, vector_store
+from handlers.rag.ann_filter import sql_filter
 from handlers.rag.filters import FilterSQL
 from handlers.rag.index import RagIndex
 from handlers.rag.limits import Call
 from handlers.rag.models import FtsThenVecParams, FuseParams, SearchReturn
-from handlers.rag.vector_filter import sql_filter
 
 
 @dataclass
@@ -109,7 +109,7 @@ def search_fuse(
         # is ranked over the first search's candidates (twice vec_k, exact floats already read)
         # rather than by a second search, with the feedback chunks added (bench/README.md).
         top = [hit.rowid for hit in sorted(fused.values(), key=lambda h: (-h.score, h.rowid))[: params.feedback_docs]]
-        rowids, matrix = vectors.read_vectors(conn, top, index.dim)
+        rowids, matrix = vector_store.read_vectors(conn, top, index.dim)
         if len(matrix):
             moved = unit + params.feedback_weight * matrix.mean(axis=0)
             moved /= max(float(np.linalg.norm(moved)), 1e-12)

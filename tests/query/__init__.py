@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
+from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
+from gateway.assembly import share_backends
 from gateway.services import Services
 from gateway.store import ConfigStore
+from gateway.tools import ToolHandler
 from gateway.variables import all_variables
-from handlers.base import CallContext, ToolHandler
-from handlers.query import QueryHandler
 
 
 def make_store(data_dir: Path) -> ConfigStore:
-    store = ConfigStore(data_dir, variables=all_variables(QueryHandler.variables), modules=list(QueryHandler.config_modules))
+    store = ConfigStore(data_dir, variables=all_variables(BACKEND_VARIABLES), modules=list(BACKEND_CONFIG_MODULES))
     store.initialize()
     store.load_to_runtime("MCP VARIABLES")
     return store
@@ -38,13 +38,18 @@ def add_target(store: ConfigStore, target_id: str, protocol: str, **extra: Any) 
 
 
 def make_services(store: ConfigStore) -> Services:
-    return Services(data_dir=store.data_dir, store=store, runtime=store.read_runtime(), stats=None, metrics=None)  # type: ignore[arg-type]
+    """Services as a worker builds them: the target pools and the read-only SQL path included."""
+    services = Services(data_dir=store.data_dir, store=store, runtime=store.read_runtime(), stats=None, metrics=None)  # type: ignore[arg-type]
+    share_backends(services)
+    return services
 
 
 def reload(store: ConfigStore, handler: ToolHandler) -> None:
     """What a worker does after LOAD ... TO RUNTIME: new snapshot, then on_runtime_change."""
     old = handler.services.runtime
     handler.services.runtime = store.read_runtime()
+    if handler.services.targets is not None:
+        handler.services.targets.update(handler.services.runtime)
     handler.on_runtime_change(old, handler.services.runtime)
 
 
@@ -52,7 +57,7 @@ def call(handler: ToolHandler, name: str, **arguments: Any) -> tuple[bool, dict[
     """Run one tool as the server does; returns (is_error, structuredContent), JSON-checked."""
     spec = handler.find_tool(name)
     assert spec is not None, name
-    ctx = CallContext(endpoint=handler.endpoint, tool_name=name, runtime=handler.services.runtime, deadline=time.monotonic() + 30)
+    ctx = handler.context(spec, handler.services.runtime)
     result = asyncio.run(handler.execute_tool(spec, arguments, ctx))
     text = result["content"][0]["text"]
     assert json.loads(text) == result["structuredContent"]  # the text block is the same JSON

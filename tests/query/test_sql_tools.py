@@ -14,25 +14,15 @@ import psycopg
 import pymysql
 import pytest
 
+from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
 from gateway.store import ConfigStore
 from gateway.variables import all_variables
 from handlers.query import QueryHandler
-from handlers.query.rules import QUERY_RULES_MODULE
-from handlers.query.sql_tools import SqlTools
 from tests.query import add_auth, add_target, error, make_services, ok, reload
 
-# QueryHandler inherits SqlTools once Q1's handler.py is wired; until then the tests compose
-# the same class the handler will be (the mixin first, then the pools and discovery tools).
-if issubclass(QueryHandler, SqlTools):
-    Handler: type[QueryHandler] = QueryHandler
-else:
-
-    class Handler(SqlTools, QueryHandler):  # type: ignore[no-redef]
-        pass
-
-
-VARIABLES = {v.name: v for v in (*QueryHandler.variables, *SqlTools.variables)}
-MODULES = {m.name: m for m in (*Handler.config_modules, QUERY_RULES_MODULE)}
+Handler = QueryHandler
+VARIABLES = {v.name: v for v in BACKEND_VARIABLES}
+MODULES = {m.name: m for m in BACKEND_CONFIG_MODULES}
 ENGINES = ("maria", "pg", "lite")
 ROWS = 50
 

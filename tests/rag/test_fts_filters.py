@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from handlers.rag import fts, vector_filter
+from handlers.rag import ann_filter, fts
 from handlers.rag.filters import FilterSQL, build_filter
 from handlers.rag.index import RagIndex
 from handlers.rag.models import Filters
@@ -35,7 +35,7 @@ def conn(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(autouse=True)
 def broad_means_over_50_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vector_filter, "EXACT_MAX_ROWIDS", 50)  # 2,400 chunks here, not a million
+    monkeypatch.setattr(ann_filter, "EXACT_MAX_ROWIDS", 50)  # 2,400 chunks here, not a million
 
 
 def joined(conn, match: fts.MatchQuery, flt: FilterSQL, limit: int, offset: int) -> list[tuple[int, float]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import apsw
 
-from handlers.rag.ingest.cli import open_config
+from gateway.assembly import open_config
 from handlers.rag.ingest.demo import CORPUS_FILE, SOURCE_NAME, demo_needs_sync, ensure_demo, start_demo_in_background
 
 

@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.assembly import open_config
 from gateway.services import Services
-from handlers.base import CallContext
-from handlers.rag.embeddings import make_embedder
+from handlers.rag.embeddings import index_embedding_config, make_embedder
 from handlers.rag.index import RagIndex
-from handlers.rag.ingest.cli import index_embedding_config, open_config, run_sync
+from handlers.rag.ingest.commands import run_sync
 from handlers.rag.ingest.jobs import SourceLock
 from handlers.rag.ingest.tools import SyncTools
 
@@ -68,7 +68,7 @@ def host(tmp_path: Path):
 
 def call(handler: IngestHost, name: str, arguments: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     spec = handler.find_tool(name)
-    ctx = CallContext(endpoint="rag", tool_name=name, runtime=handler.services.runtime, deadline=time.monotonic() + 10)
+    ctx = handler.context(spec, handler.services.runtime)
     result = anyio.run(handler.execute_tool, spec, arguments, ctx)
     return result["isError"], result["structuredContent"]
 
@@ -120,7 +120,7 @@ def test_a_source_syncs_once_at_a_time_across_processes(host) -> None:
         assert not is_error and out["accepted"] is False and out["job_id"] == "sync-elsewhere"
         assert "already running" in out["reason"]
         # The terminal path is refused the same way (exit code 2), without touching the index.
-        assert run_sync(handler.services.data_dir, "notes", progress=False, out=io.StringIO()) == 2
+        assert run_sync(open_config(handler.services.data_dir), "notes", progress=False, out=io.StringIO()) == 2
     finally:
         other.release()
     _, out = call(handler, "rag.admin.sync", {"source_names": ["notes"]})
@@ -151,7 +151,7 @@ def test_periodic_sync_runs_when_due(host) -> None:
     store.conn().execute("UPDATE rag_sources SET sync_interval_s = 3600")
     store.load_to_runtime("RAG SOURCES")
     handler.services.runtime = store.read_runtime()
-    manager = handler.services.shared["rag_jobs"]
+    manager = handler.services.rag_jobs
     (job_id,) = manager.run_due()  # never synced: due now
     assert wait_job(handler, job_id)["state"] == "ok"
     assert manager.run_due() == []  # synced a moment ago: not due for an hour

@@ -23,7 +23,8 @@ from typing import Any
 import apsw
 import pytest
 
-from handlers.rag.ingest.cli import open_config, run_sync
+from gateway.assembly import open_config
+from handlers.rag.ingest.commands import run_sync
 from handlers.rag.ingest.jobs import status_from_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def configure(data_dir: Path, *, targets: list[dict[str, Any]], sources: list[di
 
 def sync(data_dir: Path, source: str, **kw: Any) -> tuple[int, dict[str, Any]]:
     out = io.StringIO()
-    code = run_sync(data_dir, source, progress=False, out=out, **kw)
+    code = run_sync(open_config(data_dir), source, progress=False, out=out, **kw)
     text = out.getvalue().strip()
     return code, (json.loads(text) if text else {})
 
@@ -332,7 +333,7 @@ def test_kill_9_mid_sync_then_resume_gives_exact_counts(tmp_path: Path, mariadb_
     seed = int(os.environ.get("INGEST_KILL_SEED", random.randrange(1_000_000)))
     batches = KILL_ROWS // 50
     kill_after_docs = random.Random(seed).randrange(2, batches - 10) * 50
-    script = f"import sys; from pathlib import Path; from handlers.rag.ingest.cli import run_sync; sys.exit(run_sync(Path({str(tmp_path)!r}), 'big', progress=False, batch_rows=50))"
+    script = f"import sys; from pathlib import Path; from gateway.assembly import open_config; from handlers.rag.ingest.commands import run_sync; sys.exit(run_sync(open_config(Path({str(tmp_path)!r})), 'big', progress=False, batch_rows=50))"
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.assembly import open_config
 from gateway.errors import ConfigError
 from handlers.rag.ingest.chunking import ChunkingSpec, chunk_text
-from handlers.rag.ingest.cli import open_config
 from handlers.rag.ingest.docmap import BadRow, DocMap
 from handlers.rag.ingest.sources_config import SourceSpec
 

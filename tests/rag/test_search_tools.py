@@ -23,7 +23,6 @@ from gateway.errors import DeadlineExceeded
 from gateway.runtime import build_runtime
 from gateway.services import Services
 from gateway.variables import all_variables
-from handlers.base import CallContext
 from handlers.rag import RagHandler
 from handlers.rag.index import ChunkRecord, DocumentRecord
 from handlers.rag.limits import Call, Caps
@@ -80,8 +79,8 @@ class Gateway:
 
     def result(self, name: str, args: dict[str, Any], **variables: str) -> dict[str, Any]:
         runtime = self.make_runtime(**variables) if variables else self.runtime
-        ctx = CallContext(endpoint="rag", tool_name=name, runtime=runtime, deadline=time.monotonic() + 30)
-        return asyncio.run(self.handler.execute_tool(self.handler.find_tool(name), args, ctx))
+        spec = self.handler.find_tool(name)
+        return asyncio.run(self.handler.execute_tool(spec, args, self.handler.context(spec, runtime)))
 
     def ok(self, name: str, args: dict[str, Any], **variables: str) -> dict[str, Any]:
         result = self.result(name, args, **variables)
@@ -404,7 +403,7 @@ def test_response_byte_cap_cuts_results_and_bodies(gw: Gateway) -> None:
 
 def test_timeout_interrupts_a_running_statement(gw: Gateway) -> None:
     caps = Caps(k_max=50, candidates_max=500, query_max_bytes=8192, response_max_bytes=5_000_000, timeout_ms=50)
-    call = Call(caps, outer_deadline=time.monotonic() + 30)
+    call = Call(caps, deadline=time.monotonic() + caps.timeout_ms / 1000)
     conn = gw.handler.index.conn
     began = time.monotonic()
     with pytest.raises(DeadlineExceeded, match="rag-timeout_ms"), call.sqlite_deadline(conn):
@@ -414,11 +413,15 @@ def test_timeout_interrupts_a_running_statement(gw: Gateway) -> None:
 
 
 def test_timeout_variable_sets_the_call_deadline(gw: Gateway) -> None:
-    # The call's deadline is the earlier of the server's and rag-timeout_ms after its start.
-    call = Call(Caps.of(gw.make_runtime(**{"rag-timeout_ms": "10"})), outer_deadline=time.monotonic() + 30)
-    assert call.deadline - call.started == pytest.approx(0.010, abs=1e-6)
-    early = Call(Caps.of(gw.runtime), outer_deadline=time.monotonic() + 0.001)
-    assert early.deadline - early.started < 0.002
+    # The call's deadline is the earlier of mcp-timeout_ms and rag-timeout_ms after its start.
+    spec = gw.handler.find_tool("rag.search_fts")
+    began = time.monotonic()
+    ctx = gw.handler.context(spec, gw.make_runtime(**{"rag-timeout_ms": "10"}))
+    assert ctx.deadline - began == pytest.approx(0.010, abs=2e-3)
+    call = Call.of(ctx)
+    assert call.deadline == ctx.deadline
+    early = gw.handler.context(spec, gw.make_runtime(**{"mcp-timeout_ms": "10", "rag-timeout_ms": "60000"}))
+    assert early.deadline - time.monotonic() < 0.011
 
 
 # -- content tools ----------------------------------------------------------------------------------

@@ -15,11 +15,10 @@ import anyio
 import pytest
 
 from gateway import sqlite
+from gateway.assembly import open_config
 from gateway.services import Services
-from handlers.base import CallContext
 from handlers.rag import RagHandler
 from handlers.rag.ingest import reconcile
-from handlers.rag.ingest.cli import open_config
 
 DOC_MAP = {"doc_id": {"format": "{t}:{id}"}, "title": {"concat": [{"col": "title"}]}, "body": {"concat": [{"col": "body"}]}}
 
@@ -63,7 +62,7 @@ def rag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def call(handler: RagHandler, name: str, arguments: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     spec = handler.find_tool(name)
-    ctx = CallContext(endpoint="rag", tool_name=name, runtime=handler.services.runtime, deadline=time.monotonic() + 10)
+    ctx = handler.context(spec, handler.services.runtime)
     result = anyio.run(handler.execute_tool, spec, arguments, ctx)
     return not result["isError"], result["structuredContent"]
 
@@ -162,7 +161,7 @@ def test_starting_over_an_index_the_configuration_never_named_deletes_nothing(ra
 def test_the_follower_applies_vectors_another_process_committed_without_a_search(rag) -> None:
     """A sync by another process (another worker, the demo build, the CLI) commits vectors:
     the handler's follower thread applies them within seconds, so no search has to."""
-    from handlers.rag.vectors import read_vectors, write_vectors
+    from handlers.rag.vector_store import read_vectors, write_vectors
 
     handler, _ = rag
     vectors = handler.index.vectors

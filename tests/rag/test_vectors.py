@@ -11,8 +11,8 @@ import pytest
 
 from gateway.errors import InvalidArgument
 from gateway.sqlite import connect, transaction
-from handlers.rag import vectors as vectors_module
-from handlers.rag.vectors import (
+from handlers.rag import vector_store as vectors_module
+from handlers.rag.vector_store import (
     VectorIndex,
     apply_vector_schema,
     delete_vectors,
@@ -298,7 +298,7 @@ def test_compacting_the_change_log_keeps_every_process_consistent(db) -> None:
 
 def test_sql_filter_through_the_real_rag_schema(tmp_path: Path) -> None:
     from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex
-    from handlers.rag.vectors import sql_filter
+    from handlers.rag.vector_store import sql_filter
 
     vectors = clustered_unit_vectors(5000, DIM, seed=3)
     index = RagIndex.open(tmp_path / "rag.db", embedding_model_id="test-model", dim=DIM)
@@ -330,7 +330,7 @@ def test_sql_filter_through_the_real_rag_schema(tmp_path: Path) -> None:
 
 
 def test_a_filter_too_selective_for_the_graph_falls_back_to_exact(corpus, monkeypatch) -> None:
-    import handlers.rag.vectors as vectors
+    import handlers.rag.vector_store as vectors
 
     path, rowids, vectors_ = corpus
     conn = connect(path, vec=True)

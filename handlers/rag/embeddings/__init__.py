@@ -16,11 +16,10 @@ components); known keys with bad values raise `ConfigError`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
-
-import numpy as np
+from typing import Any
 
 from gateway.errors import ConfigError
+from gateway.services import Embedder
 from handlers.rag.embeddings.cache import QueryEmbeddingCache
 from handlers.rag.embeddings.hashing import HashEmbedder
 from handlers.rag.embeddings.local import LOCAL_DIM, LOCAL_MODEL_NAME, LocalEmbedder
@@ -33,6 +32,7 @@ __all__ = [
     "LocalEmbedder",
     "QueryEmbeddingCache",
     "RemoteEmbedder",
+    "index_embedding_config",
     "make_embedder",
 ]
 
@@ -47,16 +47,15 @@ _BACKOFF_MS_RANGE = (0, 60_000)
 _DIM_RANGE = (1, 16_384)
 
 
-@runtime_checkable
-class Embedder(Protocol):
-    """What the index and the search tools code against."""
-
-    model_id: str  # "local:all-MiniLM-L6-v2@int8", "openai:<model>", "ollama:<model>", "hash:<dim>"
-    dim: int
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """float32 array of shape (len(texts), dim) with L2-normalised rows, in input order."""
-        ...
+def index_embedding_config(runtime: Any) -> dict[str, Any]:
+    """The index's embedder from the rag-embedding_* variables (the server and `rag sync` alike)."""
+    return {
+        "provider": runtime.var("rag-embedding_provider"),
+        "model": runtime.var("rag-embedding_model"),
+        "api_base": runtime.var("rag-embedding_api_base"),
+        "api_key": runtime.var("rag-embedding_api_key"),
+        "dim": runtime.var("rag-embedding_dim"),
+    }
 
 
 def make_embedder(config: Mapping[str, Any]) -> Embedder:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from handlers.rag.embeddings import Embedder
+    from gateway.services import Embedder
 
 
 class QueryEmbeddingCache:

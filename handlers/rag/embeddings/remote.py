@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 
 from gateway.errors import ConfigError, InvalidArgument, Unavailable
-from handlers.rag.embeddings.vectors import check_texts, l2_normalise
+from handlers.rag.embeddings.normalise import check_texts, l2_normalise
 
 log = logging.getLogger("mcp_gateway.rag.embeddings")
 

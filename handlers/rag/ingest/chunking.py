@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.errors import ConfigError
 
-TOKENIZER_FILE = Path(__file__).resolve().parent.parent / "model" / "tokenizer.json"
+TOKENIZER_FILE = Path(__file__).resolve().parent.parent / "model_assets" / "tokenizer.json"
 # A window's end moves back to a paragraph, line, sentence or word break when one lies in
 # its last fifth: chunks then end on natural boundaries instead of mid-word.
 _BREAKS = ("\n\n", "\n", ". ", " ")

@@ -29,6 +29,7 @@ from typing import Any
 
 from gateway import sqlite
 from gateway.store import ConfigStore
+from handlers.rag.ingest.commands import run_sync
 
 log = logging.getLogger("mcp_gateway.rag.demo")
 
@@ -208,8 +209,6 @@ def start_demo_in_background(
 ) -> threading.Thread | None:
     """First start: build and register the demo, then sync it in a background thread (progress
     bar on stderr) while the server starts. Later starts resume a sync that never finished."""
-    from handlers.rag.ingest.cli import run_sync
-
     data_dir = Path(data_dir)
     if first_start:
         try:
@@ -224,7 +223,7 @@ def start_demo_in_background(
 
     def sync() -> None:
         try:
-            code = run_sync(data_dir, SOURCE_NAME, progress=progress, out=_Discard())
+            code = run_sync(store, SOURCE_NAME, progress=progress, out=_Discard())
             if code != 0:
                 log.warning(
                     "demo corpus sync did not finish (exit %d); `mcp-gateway rag sync --source %s` retries", code, SOURCE_NAME

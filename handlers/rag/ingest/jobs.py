@@ -29,11 +29,11 @@ from typing import Any
 
 import apsw
 
+from backends.targets import Target, targets_from_runtime
 from gateway import sqlite
 from gateway.errors import GatewayError, InvalidArgument, NotFound, Unavailable
 from gateway.pids import pid_alive
 from gateway.runtime import Runtime
-from gateway.targets import Target, targets_from_runtime
 from handlers.rag.index import RagIndex
 from handlers.rag.ingest.progress import SourceProgress
 from handlers.rag.ingest.sources_config import SourceSpec, runtime_sources

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from gateway import sqlite
-from handlers.rag import vectors
+from handlers.rag import vector_store
 from handlers.rag.index import RagIndex
 from handlers.rag.ingest.jobs import SourceLock
 
@@ -99,7 +99,7 @@ def purge_source(index: RagIndex, source_id: int, stop: threading.Event | None =
                     conn.execute("DELETE FROM rag_sources WHERE source_id = ?", (source_id,))
                     break
                 continue
-            vectors.delete_vectors(conn, rowids)
+            vector_store.delete_vectors(conn, rowids)
             conn.execute("DELETE FROM rag_chunks WHERE chunk_rowid IN (SELECT value FROM json_each(?))", (orjson.dumps(rowids),))
         deleted += len(rowids)
         log.info(

@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.backends import mysql_ssl, pg_kwargs
+from backends.connect import mysql_ssl, pg_kwargs
+from backends.targets import Target
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
-from gateway.targets import Target
 
 log = logging.getLogger("mcp_gateway.rag.ingest")
 CONNECT_TIMEOUT_S = 5

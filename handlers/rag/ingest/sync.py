@@ -33,9 +33,9 @@ from typing import Any
 
 import apsw
 
+from backends.targets import Target
 from gateway import sqlite
 from gateway.errors import GatewayError, Unavailable
-from gateway.targets import Target
 from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex, normalise_timestamp
 from handlers.rag.ingest.chunking import chunk_text
 from handlers.rag.ingest.docmap import BadRow, json_value

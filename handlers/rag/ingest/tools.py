@@ -2,7 +2,7 @@
 
 The host handler (RagHandler) provides `self.index` (an open RagIndex) and `self.embedder`
 (the index's model), calls `start_ingest()` once the index is open and `stop_ingest()` in
-its close. The JobManager is shared through `services.shared["rag_jobs"]`.
+its close. The JobManager is published as `services.rag_jobs`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import Unavailable
-from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 from handlers.rag.ingest.jobs import JobManager
 from handlers.rag.ingest.sync import SyncOptions
 
@@ -96,6 +96,7 @@ class SyncTools(ToolHandler):
 
     index: Any = None
     embedder: Any = None
+    jobs: JobManager | None = None
 
     def start_ingest(self, *, periodic: bool = True) -> JobManager:
         """Create the job manager (and the periodic-sync scheduler) once the index is open."""
@@ -108,18 +109,18 @@ class SyncTools(ToolHandler):
             runtime=lambda: self.services.runtime,
             make_embedder=make_embedder,
         )
-        self.services.shared["rag_jobs"] = manager
+        self.jobs = self.services.rag_jobs = manager
         if periodic:
             manager.start_scheduler()
         return manager
 
     def stop_ingest(self) -> None:
-        manager = self.services.shared.pop("rag_jobs", None)
+        manager, self.jobs, self.services.rag_jobs = self.jobs, None, None
         if manager is not None:
             manager.close()
 
     def _jobs(self) -> JobManager:
-        manager = self.services.shared.get("rag_jobs")
+        manager = self.jobs
         if manager is None:
             raise Unavailable("ingestion is not running (the RAG index is not open)")
         return manager

@@ -7,9 +7,9 @@ import ssl
 import pytest
 
 from gateway import tls
+from gateway.assembly import endpoints
 from gateway.errors import ConfigError
 from gateway.startup import env_name, prepare
-from gateway.variables import ENDPOINTS
 
 CONFIG_TOKEN = "config-token-0123456789abcdef"
 
@@ -23,7 +23,7 @@ def test_first_start_generates_a_distinct_token_per_endpoint_without_one(tmp_pat
     boot = _write(tmp_path / "gw.toml", f'[variables]\n"mcp-config_endpoint_auth" = "{CONFIG_TOKEN}"\n')
     prepared = prepare(tmp_path / "data", config_file=boot, environ={})
     assert prepared.fresh
-    assert set(prepared.generated_tokens) == set(ENDPOINTS) - {"config"}
+    assert set(prepared.generated_tokens) == set(endpoints()) - {"config"}
     assert len(set(prepared.generated_tokens.values())) == len(prepared.generated_tokens)
     assert all(len(t) >= 40 for t in prepared.generated_tokens.values())
     runtime = prepared.store.read_runtime()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.admin_sql import AdminSQL
+from gateway.assembly import open_store
 from gateway.errors import ConfigError, InvalidArgument
-from gateway.startup import open_store
 from gateway.variables import MASK
 
 SECRET = "s3cret-token-abcdefghijklmnop"

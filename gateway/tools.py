@@ -1,4 +1,6 @@
-"""`ToolHandler`, the Python spelling of ProxySQL's `MCP_Tool_Handler`, and the `@tool` declaration.
+"""The tool machinery: `ToolHandler` (the Python spelling of ProxySQL's `MCP_Tool_Handler`), the
+`@tool` declaration, `CallContext` and the result builders. Infrastructure: every endpoint's
+handler builds on it, and it knows no endpoint.
 
 A tool is declared once, beside its function:
 
@@ -15,10 +17,18 @@ a worker thread, never on the event loop; async ones on the loop) under the call
 and shapes the MCP result: `structuredContent` plus a text block with the same JSON, or
 `isError: true` with `{"error": {code, message, details}}`. Duplicate names or missing
 descriptions fail at import.
+
+Deadlines are set in one place, `ToolHandler.context`: now + the handler's `timeout_variable`
+(never above mcp-timeout_ms). execute_tool enforces it; long tools call ctx.check_deadline().
+
+A handler also contributes, beside its tools: `variables`, `config_modules`, CLI sub-commands
+(`add_cli`), serve-time options and jobs (`add_serve_options`, `before_serve`) and the example
+call the first-start banner prints (`example_call`).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import inspect
 import logging
@@ -32,13 +42,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gateway.call import CallContext
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
 from gateway.store import ConfigModule
 from gateway.variables import Variable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gateway.runtime import Runtime
     from gateway.services import Services
+    from gateway.store import ConfigStore
 
 log = logging.getLogger("mcp_gateway.tools")
 
@@ -51,26 +65,6 @@ class ToolInput(BaseModel):
 
 class ToolOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-@dataclass(frozen=True)
-class CallContext:
-    """What a tool function may know about the call it serves."""
-
-    endpoint: str
-    tool_name: str
-    runtime: Runtime
-    deadline: float  # time.monotonic() value after which the call is abandoned
-    protocol_version: str = ""
-    client: str = ""
-
-    def remaining_s(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
-    def check_deadline(self) -> None:
-        """Long loops call this between steps so a thread does not outlive its caller by much."""
-        if time.monotonic() > self.deadline:
-            raise DeadlineExceeded(f"{self.tool_name} ran past its deadline")
 
 
 @dataclass(frozen=True)
@@ -183,6 +177,8 @@ class ToolHandler:
     config_modules: ClassVar[tuple[ConfigModule, ...]] = ()  # admin tables with LOAD/SAVE verbs
     tools: ClassVar[dict[str, ToolSpec]] = {}
     thread_limit: ClassVar[int] = 32  # concurrent blocking calls per endpoint
+    timeout_variable: ClassVar[str] = "mcp-timeout_ms"  # the deadline of one call (mcp-timeout_ms caps it)
+    example_call: ClassVar[tuple[str, dict[str, Any]] | None] = None  # (tool, arguments) for the first-start banner
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -214,7 +210,24 @@ class ToolHandler:
             self._threads.shutdown(wait=False, cancel_futures=True)
 
     def on_runtime_change(self, old: Runtime | None, new: Runtime) -> None:
-        """React to a new runtime (rebuild pools for changed targets, ...)."""
+        """React to a new runtime (apply changed sources, ...)."""
+
+    # -- what a handler adds to the command line -------------------------------------------
+    @classmethod
+    def add_cli(
+        cls, commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
+    ) -> None:
+        """Add this endpoint's sub-commands (`mcp-gateway <command> ...`). Each sets `func`
+        (args -> exit status) as gateway.cli's own do; `open_store` opens a data directory's
+        config store with every declared variable and admin table."""
+
+    @classmethod
+    def add_serve_options(cls, serve: argparse.ArgumentParser) -> None:
+        """Add options of `mcp-gateway serve` that concern this endpoint."""
+
+    @classmethod
+    def before_serve(cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool) -> None:
+        """Start what the serving parent process runs beside the workers (e.g. a first-start job)."""
 
     # -- discovery -------------------------------------------------------------------------
     def get_tool_list(self, *, style: str = "dotted") -> list[dict[str, Any]]:
@@ -229,6 +242,21 @@ class ToolHandler:
         return spec.describe(style=style) if spec else None
 
     # -- execution -------------------------------------------------------------------------
+    def context(self, spec: ToolSpec, runtime: Runtime, *, protocol_version: str = "", client: str = "") -> CallContext:
+        """The context of one call, with its deadline: the one place a deadline is set."""
+        variables = runtime.variables
+        timeout_ms = variables["mcp-timeout_ms"]
+        if self.timeout_variable != "mcp-timeout_ms":
+            timeout_ms = min(timeout_ms, variables[self.timeout_variable])
+        return CallContext(
+            endpoint=self.endpoint,
+            tool_name=spec.name,
+            runtime=runtime,
+            deadline=time.monotonic() + timeout_ms / 1000,
+            protocol_version=protocol_version,
+            client=client,
+        )
+
     async def execute_tool(self, spec: ToolSpec, arguments: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         """Validate, run under the deadline, and shape the MCP result. Never raises GatewayError."""
         try:

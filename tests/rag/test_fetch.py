@@ -12,17 +12,17 @@ import psycopg
 import pymysql
 import pytest
 
-from gateway.pools import TargetPools
+from backends.declarations import BACKEND_VARIABLES
+from backends.pools import TargetPools
+from backends.profiles import PROFILES_MODULE
 from gateway.services import Services
 from gateway.store import ConfigStore
-from gateway.targets import PROFILES_MODULE
 from gateway.variables import all_variables
-from handlers.query import QueryHandler
 from handlers.rag.fetch import FetchTools, fit_row
 from handlers.rag.index import DocumentRecord, RagIndex
 from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
+from tests.backends.test_pools import free_port
 from tests.query import add_auth, add_target, call, error, insert, ok
-from tests.query.test_pools import free_port
 
 BIG = "x" * 50_000
 
@@ -59,9 +59,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, mariadb_db: dict, postgres_db:
     lite.commit()
     lite.close()
 
-    store = ConfigStore(
-        tmp / "data", variables=all_variables(QueryHandler.variables), modules=[PROFILES_MODULE, RAG_SOURCES_MODULE]
-    )
+    store = ConfigStore(tmp / "data", variables=all_variables(BACKEND_VARIABLES), modules=[PROFILES_MODULE, RAG_SOURCES_MODULE])
     store.initialize()
     store.load_to_runtime("MCP VARIABLES")
     store.set_variable("mcp-query_pool_timeout_ms", "300")
@@ -126,9 +124,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, mariadb_db: dict, postgres_db:
     )
     runtime = store.read_runtime()
     pools = TargetPools(runtime)
-    services = Services(
-        data_dir=tmp, store=store, runtime=runtime, stats=None, metrics=None, shared={"rag_index": index, "pools": pools}
-    )  # type: ignore[arg-type]
+    services = Services(data_dir=tmp, store=store, runtime=runtime, stats=None, metrics=None, targets=pools, rag_index=index)  # type: ignore[arg-type]
     yield {"handler": FetchHandler(services)}
     pools.close()
     index.close()

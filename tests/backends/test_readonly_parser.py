@@ -1,4 +1,4 @@
-"""Layer 3 on its own: the sqlglot allowlist (handlers/query/readonly.py), no database involved.
+"""Layer 3 on its own: the sqlglot allowlist (backends/readonly.py), no database involved.
 
 The whole hostile corpus is refused by the parser alone; ordinary read statements pass and
 come back regenerated; the output is a fixed point of the checker; and random text never
@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
+from backends.readonly import check_readonly
 from gateway.errors import InvalidArgument
-from handlers.query.readonly import check_readonly
-from tests.query.test_readonly_hostile import MYSQL_HOSTILE, PG_HOSTILE
+from tests.backends.test_readonly_hostile import MYSQL_HOSTILE, PG_HOSTILE
 
 SQLITE_HOSTILE = [
     "SELECT load_extension('/tmp/pwned.so')",

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from backends.digest import DigestRecorder, bucket_of, normalize_text, query_digest_stats
+from backends.readonly import check_readonly
 from gateway.errors import InvalidArgument
-from handlers.query.digest import DigestRecorder, bucket_of, normalize_text, query_digest_stats
-from handlers.query.readonly import check_readonly
 from tests.query import ok
 from tests.query.test_sql_tools import make_store, sql_env  # noqa: F401 - the shared module fixture
 
@@ -76,7 +76,7 @@ def test_tools_record_digests(sql_env: dict) -> None:  # noqa: F811
     second = ok(handler, "run_sql_readonly", target_id="pg", sql="select name from items where id = 2")
     ok(handler, "sample_rows", target_id="maria", table="items", where="id = 3")
     assert first["stats"]["digest"] == second["stats"]["digest"]
-    handler.flush_stats()
+    handler.services.sql.flush_stats()
     rows = {(r["tool_name"], r["target_id"]): r for r in query_digest_stats(sql_env["store"])}
     run = rows[("run_sql_readonly", "pg")]
     assert run["digest"] == first["stats"]["digest"] and run["count_star"] == 2

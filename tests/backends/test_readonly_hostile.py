@@ -340,8 +340,8 @@ def test_string_escape_differential_runs_the_checked_reading(sql_env: dict) -> N
     """`SELECT '\\', SLEEP(1) -- '` is one string to sqlglot (and to MariaDB by default) but a
     SLEEP call under sql_mode NO_BACKSLASH_ESCAPES. What runs is the regenerated text, which
     reads the same in both modes, so the checked reading is the one executed."""
-    from handlers.query.execute import execute_readonly
-    from handlers.query.readonly import check_readonly
+    from backends.execute import execute_readonly
+    from backends.readonly import check_readonly
 
     sql = "SELECT '\\', SLEEP(1) AS s -- '"
     checked = check_readonly(sql, "mysql", row_cap=11)

@@ -1,4 +1,4 @@
-"""The read-only check's shape cache (handlers/query/readonly.py, "shapes"): a statement that
+"""The read-only check's shape cache (backends/readonly.py, "shapes"): a statement that
 differs from a checked one only in plain literals is answered from that statement's template.
 
 What must hold: the answer from a template is what the full check would run (or, where sqlglot
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from backends import readonly
+from backends.readonly import check_readonly
 from gateway.errors import InvalidArgument
-from handlers.query import readonly
-from handlers.query.readonly import check_readonly
 
 full_check = readonly._check_cached.__wrapped__  # the check itself, no cache of any kind
 
@@ -159,8 +159,8 @@ def _other_values(sql: str, protocol: str) -> str | None:
 
 
 def _hostile() -> list[tuple[str, str]]:
-    from tests.query.test_readonly_hostile import MYSQL_HOSTILE, PG_HOSTILE
-    from tests.query.test_readonly_parser import SQLITE_HOSTILE
+    from tests.backends.test_readonly_hostile import MYSQL_HOSTILE, PG_HOSTILE
+    from tests.backends.test_readonly_parser import SQLITE_HOSTILE
 
     return [("mysql", s) for s in MYSQL_HOSTILE] + [("pgsql", s) for s in PG_HOSTILE] + [("sqlite", s) for s in SQLITE_HOSTILE]
 

@@ -29,8 +29,8 @@ import orjson
 
 from gateway.errors import InvalidArgument, Unavailable
 from gateway.sqlite import iter_statements, scalar, schema_section, transaction
+from handlers.rag.ann_filter import EXACT_MAX_ROWIDS, Filter, sql_filter
 from handlers.rag.ann_snapshot import AnnSnapshots, new_ann_index
-from handlers.rag.vector_filter import EXACT_MAX_ROWIDS, Filter, sql_filter
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ ON CONFLICT(endpoint, tool, schema) DO UPDATE SET
 """
 
 
-class ToolStats:
+class ToolCounters:
     def __init__(self, store: ConfigStore) -> None:
         self.store = store
         # One event per call, appended on the event loop (atomic, no lock) and folded by flush();

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway import sqlite
+from gateway.assembly import open_store
 from gateway.errors import ConfigError, NotFound
-from gateway.startup import open_store
 
 
 @pytest.fixture

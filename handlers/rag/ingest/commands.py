@@ -7,30 +7,45 @@ start (unknown source, a sync of it already running, a broken configuration).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.errors import GatewayError
-from gateway.startup import open_store
 from gateway.store import ConfigStore
-from handlers.rag.handler import index_embedding_config
+from handlers.rag.embeddings import index_embedding_config, make_embedder
+from handlers.rag.index import RagIndex
+from handlers.rag.ingest.jobs import JobManager
 from handlers.rag.ingest.sync import SyncOptions
 
 POLL_S = 0.2
 
 
-def open_config(data_dir: Path) -> ConfigStore:
-    """The data directory's config store, with every registered module and variable."""
-    store = open_store(Path(data_dir))
-    store.initialize()
-    return store
+def add_commands(
+    commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
+) -> None:
+    """`mcp-gateway rag ...`: RagHandler.add_cli."""
+    rag = commands.add_parser("rag", help="RAG index jobs")
+    rag_sub = rag.add_subparsers(dest="rag_command", required=True)
+    sync = rag_sub.add_parser("sync", help="sync sources into the index, with a progress bar")
+    sync.add_argument("--source", help="one source name (default: all enabled)")
+    sync.add_argument("--data-dir", default=default_data_dir)
+    sync.add_argument("--quiet", action="store_true")
+
+    def command(args: argparse.Namespace) -> int:
+        store = open_store(Path(args.data_dir).resolve())
+        store.initialize()
+        return run_sync(store, args.source, progress=not args.quiet)
+
+    sync.set_defaults(func=command)
 
 
 def run_sync(
-    data_dir: Path,
+    store: ConfigStore,
     source: str | None,
     progress: bool = True,
     *,
@@ -38,13 +53,9 @@ def run_sync(
     batch_rows: int = 500,
     out: TextIO = sys.stdout,
 ) -> int:
-    """Sync one source (or every enabled one) now; returns the process exit code."""
-    from handlers.rag.embeddings import make_embedder
-    from handlers.rag.index import RagIndex
-    from handlers.rag.ingest.jobs import JobManager
-
+    """Sync one source (or every enabled one) of `store`'s data directory now; returns the process exit code."""
+    data_dir = store.data_dir
     try:
-        store = open_config(data_dir)
         runtime = store.read_runtime()
         embedder = make_embedder(index_embedding_config(runtime))
         index = RagIndex.open(Path(data_dir) / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)

@@ -23,7 +23,7 @@ import psycopg
 import pymysql
 from pymysql.constants import CLIENT, SERVER_STATUS
 
-from gateway.targets import Target
+from backends.targets import Target
 
 
 def mysql_ssl(target: Target) -> ssl.SSLContext | None:

@@ -61,9 +61,9 @@ import pymysql.cursors
 from psycopg import sql as pgsql
 from pymysql.constants import CLIENT, FIELD_TYPE
 
-from gateway.backends import needs_rollback
+from backends.connect import needs_rollback
+from backends.values import encode_row, row_bytes
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
-from handlers.query.values import encode_row, row_bytes
 
 _MYSQL_TYPES = {v: k.lower() for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
 # MySQL errors whose text only names what the caller wrote (columns, tables, syntax near ...).

@@ -2,7 +2,8 @@
 
 A target is a logical name (`target_id`) a client routes to; where it lives and which
 credentials it uses stay inside the gateway. `build_profiles` validates the memory rows of
-`mcp_auth_profiles` and `mcp_target_profiles` for LOAD MCP PROFILES TO RUNTIME:
+`mcp_auth_profiles` and `mcp_target_profiles` for LOAD MCP PROFILES TO RUNTIME (backends/profiles.py
+joins these checks with the privilege check into the config module):
 
 - a malformed value (a port that is not a number, a bad ssl_mode, a broken password
   reference) refuses the whole LOAD with ConfigError, so nothing changes;
@@ -16,7 +17,6 @@ keeps what was stored; the secret itself is resolved only into `Target.password`
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import ConfigError
+from gateway.errors import InvalidArgument
 from gateway.runtime import Runtime
-from gateway.store import ConfigModule
 from gateway.variables import Variable
 
 PROTOCOLS = ("mysql", "pgsql", "sqlite")
@@ -212,44 +211,6 @@ def skip_reason(target: Mapping[str, Any], auth_profiles: Mapping[str, Mapping[s
     return ""
 
 
-def build_profiles(
-    memory: Mapping[str, list[dict[str, Any]]], _variables: Mapping[str, Variable]
-) -> dict[str, list[dict[str, Any]]]:
-    """ConfigModule.build for MCP PROFILES: validate everything, then derive runtime rows."""
-    auth_rows = [dict(row) for row in memory["mcp_auth_profiles"]]  # copies: flags are normalised in them
-    target_rows = [dict(row) for row in memory["mcp_target_profiles"]]
-    errors: list[str] = []
-    for row in auth_rows:
-        _validate_auth(row, errors)
-    for row in target_rows:
-        _validate_target(row, errors)
-    if errors:
-        raise ConfigError("; ".join(errors), details=errors)
-    auth_by_id = {row["auth_profile_id"]: row for row in auth_rows}
-    runtime_targets = []
-    for row in target_rows:
-        reason = skip_reason(row, auth_by_id)
-        warnings: list[str] = []
-        if not reason:
-            from gateway.privileges import check_target  # imports backends, which imports this module
-
-            auth = auth_by_id.get(_text(row, "auth_profile_id"), {})
-            warnings = check_target(_target(row, auth, resolve_secret(_text(auth, "db_password"))))
-        runtime_targets.append(
-            {**row, "effective": 0 if reason else 1, "skip_reason": reason, "privilege_warnings": json.dumps(warnings)}
-        )
-    return {
-        "runtime_mcp_auth_profiles": auth_rows,
-        "runtime_mcp_target_profiles": runtime_targets,
-    }
-
-
-# db_password reads as NULL through admin.sql, a literal password and a reference alike.
-PROFILES_MODULE = ConfigModule(
-    "MCP PROFILES", ("mcp_auth_profiles", "mcp_target_profiles"), build_profiles, secret_columns=("db_password",)
-)
-
-
 def targets_from_runtime(runtime: Runtime) -> tuple[dict[str, Target], dict[str, str]]:
     """Effective targets (secrets resolved now) and, for every other target, why it is not."""
     auth_by_id = {row["auth_profile_id"]: row for row in runtime.table("runtime_mcp_auth_profiles")}
@@ -291,3 +252,16 @@ def _target(row: Mapping[str, Any], auth: Mapping[str, Any], password: str) -> T
         ssl_mode=_text(auth, "ssl_mode"),
         allow_explain_analyze=bool(row.get("allow_explain_analyze", 0)),
     )
+
+
+def default_schema(target: Target, schema: str | None) -> str:
+    """The schema a call runs in: the one given, else the target's default for its engine."""
+    if schema:
+        return schema
+    if target.protocol == "sqlite":
+        return "main"
+    if target.protocol == "pgsql":
+        return target.default_schema or "public"
+    if target.database or target.default_schema:
+        return target.database or target.default_schema
+    raise InvalidArgument(f"schema is required: target {target.target_id} has no default database")

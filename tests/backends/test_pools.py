@@ -22,8 +22,9 @@ import psycopg
 import pymysql
 import pytest
 
+from backends.pools import TargetPools
+from gateway.assembly import close_backends
 from gateway.errors import Unavailable
-from gateway.pools import TargetPools
 from handlers.query import QueryHandler
 from tests.query import add_auth, add_target, make_services, make_store, ok, reload
 
@@ -354,7 +355,7 @@ def test_runtime_change_rebuilds_only_changed_targets(tmp_path: Path, postgres_d
     add_target(store, "drop", "sqlite", database=str(lite_file))
     store.load_to_runtime("MCP PROFILES")
     handler = QueryHandler(make_services(store))
-    pools = handler.services.shared["pools"]
+    pools = handler.services.targets
     assert pools is handler.pools
     try:
         pids = {tid: backend_pid(pools, tid) for tid in ("keep", "change")}
@@ -375,6 +376,7 @@ def test_runtime_change_rebuilds_only_changed_targets(tmp_path: Path, postgres_d
         import asyncio
 
         asyncio.run(handler.close())
+        close_backends(handler.services)
         store.close()
     assert all(s["size"] == 0 for s in pools.stats())  # closed
 

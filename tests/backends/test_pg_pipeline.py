@@ -1,4 +1,4 @@
-"""PostgreSQL in one round trip (handlers/query/execute.py): BEGIN READ ONLY, the per-call
+"""PostgreSQL in one round trip (backends/execute.py): BEGIN READ ONLY, the per-call
 settings, the caller's statement and ROLLBACK go out as one libpq pipeline. Whatever happens
 (success, a statement error, a server timeout, a truncated result, a settings error, a server
 that goes silent), the connection ends idle and out of pipeline mode with the session's own
@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from backends import execute
+from backends.execute import execute_readonly
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
-from handlers.query import execute
-from handlers.query.execute import execute_readonly
 
 LIMITS = {"timeout_ms": 3000, "max_rows": 100, "max_bytes": 1_000_000}
 SESSION_OPTIONS = "-c statement_timeout=5000 -c default_transaction_read_only=on"  # as the pool opens them

@@ -12,8 +12,8 @@ import psycopg
 import pymysql
 import pytest
 
-from gateway.privileges import privilege_warnings
-from gateway.targets import Target
+from backends.privileges import privilege_warnings
+from backends.targets import Target
 from tests.query import add_auth, add_target, error, ok, reload
 from tests.query.test_sql_tools import set_variable, sql_env  # noqa: F401 - the shared module fixture
 

@@ -8,9 +8,9 @@ import time
 import pytest
 from pydantic import Field
 
+from gateway.assembly import open_store
 from gateway.errors import NotFound
-from gateway.startup import open_store
-from handlers.base import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 
 class EchoIn(ToolInput):

@@ -4,7 +4,7 @@
     mysql   BoundedPool of pymysql connections (never CLIENT.MULTI_STATEMENTS, autocommit on)
     sqlite  BoundedPool of stdlib sqlite3 connections opened read-only (`file:...?mode=ro`)
 
-Sessions are opened read-only with the target's statement timeout (gateway/backends.py).
+Sessions are opened read-only with the target's statement timeout (backends/connect.py).
 
 Health: a connection idle longer than mcp-query_pool_idle_check_ms, or returned before the
 pool last saw a connection die, is pinged before it is handed out; a dead one is discarded
@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from gateway.backends import (
+from backends.connect import (
     SqliteConnection,
     connect_mysql,
     connect_sqlite,
@@ -40,9 +40,9 @@ from gateway.backends import (
     ping_mysql,
     ping_sqlite,
 )
+from backends.targets import Target, targets_from_runtime
 from gateway.errors import GatewayError, NotFound, Unavailable
 from gateway.runtime import Runtime
-from gateway.targets import Target, targets_from_runtime
 
 log = logging.getLogger("mcp_gateway.pools")
 
@@ -297,7 +297,7 @@ def _pool_settings(runtime: Runtime) -> tuple[int, float, float, float]:
 
 
 class TargetPools:
-    """All targets of the current runtime and their pools; shared as services.shared["pools"]."""
+    """All targets of the current runtime and their pools; shared as services.targets (built by gateway.assembly)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._lock = threading.Lock()

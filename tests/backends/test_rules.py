@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from backends.rules import COLUMNS, RuleSet, build_query_rules
 from gateway import sqlite
 from gateway.errors import ConfigError
-from handlers.query.rules import COLUMNS, RuleSet, build_query_rules
 from tests.query import error, insert, ok, reload
 from tests.query.test_sql_tools import sql_env  # noqa: F401 - the shared module fixture
 
@@ -166,7 +166,7 @@ def test_rules_on_the_tools(sql_env: dict) -> None:  # noqa: F811
     assert ok(handler, "sample_rows", target_id="pg", table="items", limit=1)["row_count"] == 1
     assert ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT 1 ORDER BY 1")["stats"]["rules"] == []
 
-    handler.flush_stats()
+    handler.services.sql.flush_stats()
     hits = {
         r["rule_id"]: r
         for r in sqlite.rows(sql_env["store"].conn(), "SELECT * FROM stats_mcp_query_rules WHERE target_id = 'pg'")

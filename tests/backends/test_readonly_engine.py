@@ -1,4 +1,4 @@
-"""Layers 1 and 2 on their own (handlers/query/execute.py), the parser bypassed: writes sent
+"""Layers 1 and 2 on their own (backends/execute.py), the parser bypassed: writes sent
 straight to `execute_readonly` on ordinary read-write connections are refused by the engine's
 read-only transaction; several statements in one call are refused by the protocol; a slow
 statement is cancelled by the server. Controls show each refusal is ours, not the driver's
@@ -18,9 +18,9 @@ import pymysql
 import pytest
 from pymysql.constants import CLIENT
 
+from backends.execute import execute_readonly
 from gateway.errors import DeadlineExceeded, InvalidArgument, Unavailable
-from handlers.query.execute import execute_readonly
-from tests.query.test_readonly_hostile import mariadb_checksum, postgres_checksum
+from tests.backends.test_readonly_hostile import mariadb_checksum, postgres_checksum
 from tests.query.test_sql_tools import sql_env  # noqa: F401 - the shared module fixture
 
 LIMITS = {"timeout_ms": 3000, "max_rows": 100, "max_bytes": 1_000_000}

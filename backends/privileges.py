@@ -16,6 +16,11 @@ import logging
 import re
 from typing import Any
 
+import psycopg
+
+from backends import connect
+from backends.targets import Target
+
 log = logging.getLogger("mcp_gateway.query")
 
 _PG_CHECK = """
@@ -120,19 +125,15 @@ def privilege_warnings(target: Any, conn: Any) -> list[str]:
 CHECK_TIMEOUT_S = 2.0
 
 
-def check_target(target: Any) -> list[str]:
+def check_target(target: Target) -> list[str]:
     """Open one connection to the target (short timeout), check it, close it."""
-    from gateway import backends  # here, not at import: backends imports targets, which calls us
-
     try:
         if target.protocol == "pgsql":
-            import psycopg
-
-            conn = psycopg.connect(**backends.pg_kwargs(target, connect_timeout_s=CHECK_TIMEOUT_S))
+            conn = psycopg.connect(**connect.pg_kwargs(target, connect_timeout_s=CHECK_TIMEOUT_S))
         elif target.protocol == "mysql":
-            conn = backends.connect_mysql(target, connect_timeout_s=CHECK_TIMEOUT_S, io_timeout_s=CHECK_TIMEOUT_S)
+            conn = connect.connect_mysql(target, connect_timeout_s=CHECK_TIMEOUT_S, io_timeout_s=CHECK_TIMEOUT_S)
         else:
-            conn = backends.connect_sqlite(target, timeout_s=CHECK_TIMEOUT_S)
+            conn = connect.connect_sqlite(target, timeout_s=CHECK_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - unreachable now is a warning, not a failed LOAD
         log.info("privilege check of target %s: cannot connect (%s)", target.target_id, type(exc).__name__)
         return ["privileges not checked: the target was unreachable when profiles were loaded"]

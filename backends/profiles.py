@@ -1,0 +1,54 @@
+"""The `MCP PROFILES` config module: LOAD MCP PROFILES TO RUNTIME validates the profiles
+(backends/targets.py) and checks each effective target's account for write or file privileges
+(backends/privileges.py), recording what it finds as `privilege_warnings`.
+
+It sits above both so that targets (the data) never import the code that connects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from backends.privileges import check_target
+from backends.targets import _target, _text, _validate_auth, _validate_target, resolve_secret, skip_reason
+from gateway.errors import ConfigError
+from gateway.store import ConfigModule
+from gateway.variables import Variable
+
+
+def build_profiles(
+    memory: Mapping[str, list[dict[str, Any]]], _variables: Mapping[str, Variable]
+) -> dict[str, list[dict[str, Any]]]:
+    """ConfigModule.build for MCP PROFILES: validate everything, then derive runtime rows."""
+    auth_rows = [dict(row) for row in memory["mcp_auth_profiles"]]  # copies: flags are normalised in them
+    target_rows = [dict(row) for row in memory["mcp_target_profiles"]]
+    errors: list[str] = []
+    for row in auth_rows:
+        _validate_auth(row, errors)
+    for row in target_rows:
+        _validate_target(row, errors)
+    if errors:
+        raise ConfigError("; ".join(errors), details=errors)
+    auth_by_id = {row["auth_profile_id"]: row for row in auth_rows}
+    runtime_targets = []
+    for row in target_rows:
+        reason = skip_reason(row, auth_by_id)
+        warnings: list[str] = []
+        if not reason:
+            auth = auth_by_id.get(_text(row, "auth_profile_id"), {})
+            warnings = check_target(_target(row, auth, resolve_secret(_text(auth, "db_password"))))
+        runtime_targets.append(
+            {**row, "effective": 0 if reason else 1, "skip_reason": reason, "privilege_warnings": json.dumps(warnings)}
+        )
+    return {
+        "runtime_mcp_auth_profiles": auth_rows,
+        "runtime_mcp_target_profiles": runtime_targets,
+    }
+
+
+# db_password reads as NULL through admin.sql, a literal password and a reference alike.
+PROFILES_MODULE = ConfigModule(
+    "MCP PROFILES", ("mcp_auth_profiles", "mcp_target_profiles"), build_profiles, secret_columns=("db_password",)
+)

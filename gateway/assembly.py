@@ -1,0 +1,65 @@
+"""The app assembly: the one module of gateway/ that knows the handlers.
+
+Everything endpoint-specific the infrastructure needs comes from the explicit list of
+handler classes (handlers.HANDLER_CLASSES) through here: the endpoints (and so their token
+variables), the declared variables and admin tables (backends' first, then each handler's),
+the CLI sub-commands, and the shared database components every worker builds before its
+handlers (`share_backends`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
+from backends.pools import TargetPools
+from backends.sql import ReadOnlySql
+from gateway.services import Services
+from gateway.store import ConfigModule, ConfigStore
+from gateway.tools import ToolHandler
+from gateway.variables import Variable, all_variables
+from handlers import HANDLER_CLASSES
+
+
+def handler_classes() -> tuple[type[ToolHandler], ...]:
+    return HANDLER_CLASSES
+
+
+def endpoints() -> tuple[str, ...]:
+    """The endpoint names, `/mcp/<name>`, in the handler list's order."""
+    return tuple(cls.endpoint for cls in HANDLER_CLASSES)
+
+
+def declared_variables() -> dict[str, Variable]:
+    handler_variables = (v for cls in HANDLER_CLASSES for v in cls.variables)
+    return all_variables((*BACKEND_VARIABLES, *handler_variables), endpoints=endpoints())
+
+
+def config_modules() -> list[ConfigModule]:
+    return [*BACKEND_CONFIG_MODULES, *(m for cls in HANDLER_CLASSES for m in cls.config_modules)]
+
+
+def open_store(data_dir: Path) -> ConfigStore:
+    """The config store of a data directory, with every declared variable and admin table."""
+    return ConfigStore(Path(data_dir), variables=declared_variables(), modules=config_modules())
+
+
+def share_backends(services: Services) -> None:
+    """Build what every endpoint reaching a database shares: the target pools and the read-only
+    SQL path over them. Before any handler is constructed; the app closes them after the last."""
+    services.targets = TargetPools(services.runtime)
+    services.sql = ReadOnlySql(services.targets, services.store)
+
+
+def close_backends(services: Services) -> None:
+    if services.sql is not None:
+        services.sql.close()  # pending digests and rule hits first
+    if services.targets is not None:
+        services.targets.close()
+
+
+def open_config(data_dir: Path) -> ConfigStore:
+    """`open_store`, with the admin tables created if the data directory is new."""
+    store = open_store(data_dir)
+    store.initialize()
+    return store

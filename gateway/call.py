@@ -1,0 +1,36 @@
+"""`CallContext`: what a tool function, and the backends it calls, may know about the call it serves.
+
+Its own module so that backends/ (the read-only SQL path takes a context) depends on it
+without depending on the tool machinery (gateway.tools), which depends on the services.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gateway.errors import DeadlineExceeded
+
+if TYPE_CHECKING:
+    from gateway.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What a tool function may know about the call it serves."""
+
+    endpoint: str
+    tool_name: str
+    runtime: Runtime
+    deadline: float  # time.monotonic() value after which the call is abandoned
+    protocol_version: str = ""
+    client: str = ""
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def check_deadline(self) -> None:
+        """Long loops call this between steps so a thread does not outlive its caller by much."""
+        if time.monotonic() > self.deadline:
+            raise DeadlineExceeded(f"{self.tool_name} ran past its deadline")
