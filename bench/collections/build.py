@@ -201,13 +201,21 @@ def python_sections(html_root: Path, folders: tuple[str, ...]) -> list[tuple[str
                 continue
             root = htmltext.parse(page.read_text(encoding="utf-8"))
             h1 = next(root.iter("h1"), None)
-            page_title = htmltext.text(h1, skip=lambda e: "headerlink" in htmltext.classes(e)).rstrip("¶").strip() if h1 is not None else ""
+            page_title = (
+                htmltext.text(h1, skip=lambda e: "headerlink" in htmltext.classes(e)).rstrip("¶").strip()
+                if h1 is not None
+                else ""
+            )
             for node in root.iter():
                 if node.get("id", "").startswith("index-") and node.tag == "span" and not len(node):
                     node.text = f"\u2063{node.get('id')}\u2063"
             for section in root.iter("section"):
                 heading = next((c for c in section if _is_heading(c)), None)
-                head = htmltext.text(heading, skip=lambda e: "headerlink" in htmltext.classes(e)).rstrip("¶").strip() if heading is not None else ""
+                head = (
+                    htmltext.text(heading, skip=lambda e: "headerlink" in htmltext.classes(e)).rstrip("¶").strip()
+                    if heading is not None
+                    else ""
+                )
 
                 def skip(e: ET.Element) -> bool:
                     return e.tag == "section" or _is_heading(e) or "headerlink" in htmltext.classes(e)
@@ -231,7 +239,7 @@ def python_sections(html_root: Path, folders: tuple[str, ...]) -> list[tuple[str
 
 def python_qa(html_root: Path, *, docs_total: int = 1800) -> tuple[list[Doc], dict[str, str], dict[str, list[str]]]:
     answers, queries, qrels = [], {}, {}
-    for folder, page, doc, head in python_sections(html_root, ("faq",)):
+    for _folder, page, doc, head in python_sections(html_root, ("faq",)):
         if not head.endswith("?") or leaks(head, [doc]):
             continue
         doc.doc_id = f"faq-{page}-{len(answers)}"
@@ -303,7 +311,9 @@ def write(name: str, kind: str, package: str, docs: list[Doc], queries: dict[str
     lines = "".join(json.dumps({"_id": d.doc_id, "title": d.title, "text": d.body}, ensure_ascii=False) + "\n" for d in docs)
     # mtime=0: the same input gives the same bytes
     (out / "corpus.jsonl.gz").write_bytes(gzip.compress(lines.encode(), compresslevel=9, mtime=0))
-    (out / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}, ensure_ascii=False) + "\n" for q, t in queries.items()))
+    (out / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": t}, ensure_ascii=False) + "\n" for q, t in queries.items())
+    )
     rows = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t1" for q, ids in qrels.items() for d in ids]
     (out / "qrels.tsv").write_text("\n".join(rows) + "\n")
     spec = PACKAGES[package]
@@ -334,7 +344,9 @@ def main() -> None:
         pg = unpack("postgresql-doc-15", args.debs, work)
         py = unpack("python3.11-doc", args.debs, work)
         made = [
-            write("pg-manual", "technical manual: section titles and purpose lines -> sections", "postgresql-doc-15", *pg_manual(pg)),
+            write(
+                "pg-manual", "technical manual: section titles and purpose lines -> sections", "postgresql-doc-15", *pg_manual(pg)
+            ),
             write("python-qa", "question/answer: FAQ questions -> answer passages", "python3.11-doc", *python_qa(py)),
             write("python-keywords", "keyword-style: index terms -> indexed sections", "python3.11-doc", *python_keywords(py)),
         ]

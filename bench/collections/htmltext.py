@@ -11,9 +11,32 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 
-VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
-BLOCK = frozenset("p div section li ul ol dl dt dd pre h1 h2 h3 h4 h5 h6 tr table blockquote br".split())
-SKIPPED = frozenset("script style head".split())
+VOID = frozenset(["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"])
+BLOCK = frozenset(
+    [
+        "p",
+        "div",
+        "section",
+        "li",
+        "ul",
+        "ol",
+        "dl",
+        "dt",
+        "dd",
+        "pre",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "tr",
+        "table",
+        "blockquote",
+        "br",
+    ]
+)
+SKIPPED = frozenset(["script", "style", "head"])
 
 
 class _Builder(HTMLParser):
