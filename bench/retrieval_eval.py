@@ -204,6 +204,7 @@ MODES = {
     "hybrid_default": ("rag.search_hybrid", {"mode": "fuse"}),
     "rrf_blueprint": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"fusion": "rrf"}}),
     "previous_default": ("rag.search_hybrid", {"mode": "fuse", "fuse": PREVIOUS_DEFAULT}),
+    "adaptive_feedback": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"feedback_docs": 3, "feedback_weight": 2.0}}),
     "hybrid_fts_then_vec": (
         "rag.search_hybrid",
         {"mode": "fts_then_vec", "fts_then_vec": {"candidates_k": 500, "rerank_k": 100}},
