@@ -155,11 +155,16 @@ class FuseParams(ToolInput):
     )
     fts_k: int = Field(100, ge=1, le=MAX_K, description="FTS candidates fused (capped by rag-candidates_max).")
     vec_k: int = Field(100, ge=1, le=MAX_K, description="Vector candidates fused (capped by rag-candidates_max).")
-    rrf_k0: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec).")
+    rrf_k0: float | None = Field(
+        None, ge=0, le=MAX_WEIGHT, description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec)."
+    )
     w_fts: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="Weight of the keyword ranking.")
     w_vec: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="Weight of the vector ranking.")
     w_all_terms: float | None = Field(
-        None, ge=0, le=MAX_WEIGHT, description="Weight of a third ranking: the FTS matches that contain every query word (a precision signal)."
+        None,
+        ge=0,
+        le=MAX_WEIGHT,
+        description="Weight of a third ranking: the FTS matches that contain every query word (a precision signal).",
     )
     rare_boost: float | None = Field(
         None,
