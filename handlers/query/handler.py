@@ -17,11 +17,12 @@ from typing import ClassVar
 from gateway.store import ConfigStore
 from gateway.variables import Variable
 from handlers.query.agent_memory import AgentMemoryTools
-from handlers.query.catalog.tools import CATALOG_VARIABLES, CatalogTools
+from handlers.query.catalog.tools import CatalogTools
 from handlers.query.discovery import DiscoveryTools
 from handlers.query.joins import JoinTools
 from handlers.query.profile import ProfileTools
 from handlers.query.sql_tools import SqlTools
+from handlers.query.variables import QUERY_VARIABLES
 
 
 class QueryHandler(SqlTools, DiscoveryTools, ProfileTools, JoinTools, CatalogTools, AgentMemoryTools):
@@ -36,7 +37,7 @@ class QueryHandler(SqlTools, DiscoveryTools, ProfileTools, JoinTools, CatalogToo
         "discovery.run_static harvests a target into a searchable catalog (catalog.search); agents "
         "keep what they learn with the agent.* and llm.* tools and find it again with llm.search."
     )
-    variables: ClassVar[tuple[Variable, ...]] = CATALOG_VARIABLES
+    variables: ClassVar[tuple[Variable, ...]] = QUERY_VARIABLES
 
     async def close(self) -> None:
         self.close_catalog()

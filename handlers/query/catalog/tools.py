@@ -12,36 +12,22 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from gateway.errors import InvalidArgument, NotFound
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
-from gateway.variables import Variable
 from handlers.query import join_inference as infer
 from handlers.query.catalog.jobs import DiscoveryJobs
 from handlers.query.catalog.memory import AgentMemory
 from handlers.query.catalog.store import CatalogStore
 from handlers.query.discovery import decode_page_token, encode_page_token
 from handlers.query.join_inference import Candidate
+from handlers.query.variables import CATALOG_WRITES, SUMMARY_THRESHOLD, variable
 
-CATALOG_VARIABLES: tuple[Variable, ...] = (
-    Variable("mcp-catalog_writes", "bool", "true", "Allow the tools that write the discovery catalog and agent memory (discovery.run_static, catalog.upsert/delete/clear, agent.*, llm.* writes)."),
-    Variable(
-        "mcp-query_summary_threshold", "int", "300",
-        "Listing tools (list_tables, catalog.list) over this many items answer with a summary and suggested next calls instead (summarized=true).",
-        minimum=10, maximum=1_000_000,
-    ),
-)  # fmt: skip
 INFERRED_TABLES_MAX = 300  # catalog.get_relationships infers joins schema-wide only below this many tables
 OBJECT_TYPES = ("schema", "table", "view", "materialized_view", "foreign_table", "virtual_table", "column")
-
-
-def variable(ctx: CallContext, declaration: Variable) -> Any:
-    if declaration.name in ctx.runtime.variables:
-        return ctx.runtime.var(declaration.name)
-    return declaration.parse(None)
 
 
 class RunStaticIn(ToolInput):
@@ -203,7 +189,6 @@ class RelationshipsOut(ToolOutput):
 class CatalogTools(ToolHandler):
     """Mixin of QueryHandler: the catalog store and discovery jobs, made on first use."""
 
-    catalog_variables: ClassVar[tuple[Variable, ...]] = CATALOG_VARIABLES
     _catalog_lock = threading.Lock()
 
     def catalog_store(self) -> CatalogStore:
@@ -225,7 +210,7 @@ class CatalogTools(ToolHandler):
             self._catalog_store = None
 
     def require_writes(self, ctx: CallContext) -> None:
-        if not variable(ctx, CATALOG_VARIABLES[0]):
+        if not variable(ctx, CATALOG_WRITES):
             raise InvalidArgument(f"{ctx.tool_name} is refused: catalog writes are disabled (mcp-catalog_writes=false)")
 
     def resolve_target(self, target_id: str | None) -> Any:
@@ -304,7 +289,7 @@ class CatalogTools(ToolHandler):
         run_id = args.run_id if args.run_id is not None else store.latest_run(args.target_id)
         scope = ("catalog.list", args.target_id, run_id, args.object_type, args.schema_name)
         after = decode_page_token(args.page_token, *scope)
-        threshold = variable(ctx, CATALOG_VARIABLES[1])
+        threshold = variable(ctx, SUMMARY_THRESHOLD)
         if args.summarize is not False and not args.page_token:
             summary = store.summary(args.target_id, run_id, args.object_type, args.schema_name, biggest=20)
             if args.summarize or summary["total"] > threshold:

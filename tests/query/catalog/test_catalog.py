@@ -216,3 +216,35 @@ def test_cli_discover_with_progress(env: dict, capsys: pytest.CaptureFixture[str
     assert "NOT_FOUND" in capsys.readouterr().err
     runs = ok(env["handler"], "discovery.status", {"target_id": "lite_fk"})["runs"]
     assert runs[0]["run_id"] == status["run_id"]  # the gateway sees the CLI's run
+
+
+def test_list_tables_summarizes_a_big_schema(env: dict, tmp_path) -> None:
+    import sqlite3
+
+    from tests.query import add_target
+
+    path = tmp_path / "wide.db"
+    conn = sqlite3.connect(path)
+    for i in range(15):
+        conn.execute(f"CREATE TABLE {'sales' if i % 2 else 'stock'}_{i} (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    add_target(env["store"], "wide", "sqlite", database=str(path))
+    env["store"].load_to_runtime("MCP PROFILES")
+    reload(env["store"], env["handler"])
+    handler = env["handler"]
+    set_variable(env, "mcp-query_summary_threshold", "10")
+    try:
+        out = ok(handler, "list_tables", {"target_id": "wide"})
+        assert out["summarized"] is True and out["tables"] == [] and out["truncated"] is True
+        assert out["summary"]["total"] == 15 and out["summary"]["per_type"] == {"table": 15}
+        filters = [c["arguments"].get("name_filter") for c in out["suggested_calls"] if c["tool"] == "list_tables"]
+        assert {"sales", "stock"} <= set(filters)
+        listed = ok(handler, "list_tables", {"target_id": "wide", "name_filter": "sales"})
+        assert listed["summarized"] is False and len(listed["tables"]) == 7
+        page = ok(handler, "list_tables", {"target_id": "wide", "summarize": False, "page_size": 20})
+        assert len(page["tables"]) == 15
+        small = ok(handler, "list_tables", {"target_id": "lite_fk"})
+        assert small["summarized"] is False and len(small["tables"]) == 5
+    finally:
+        set_variable(env, "mcp-query_summary_threshold", "300")
