@@ -108,6 +108,10 @@ class Profiler:
                 self.sample = q.full_table(s.schema, s.table, s.protocol)
             else:
                 self.sample = q.key_windows(s.schema, s.table, s.protocol, s.integer_key, int(low), int(high), sample_rows)
+                self.notes.append(
+                    f"sampled as {q.WINDOWS} runs of neighbouring {s.integer_key} values: a column whose values follow the key "
+                    "(a creation time) gets a low distinct_estimate"
+                )
         else:
             self.sample = q.first_rows(s.schema, s.table, s.protocol, sample_rows)
             self.notes.append("no integer key to spread the sample over: it is the first rows the engine returns")
@@ -140,14 +144,14 @@ class Profiler:
             out[column.name] = item
         return out
 
-    def frequencies(self, column: ColumnSpec, top_k: int) -> tuple[list[dict[str, Any]], int, int]:
-        """(top values with counts, distinct values in the sample, values seen once)."""
+    def frequencies(self, column: ColumnSpec, top_k: int) -> tuple[list[dict[str, Any]], int, int, int]:
+        """(top values with counts, distinct values in the sample, values seen once, sum of squared counts)."""
         assert self.sample is not None
         rows = self._query(q.frequency_sql(column, self.sample, self.shape.protocol, top_k))
         if not rows:
-            return [], 0, 0
-        top = [{"value": v, "count": int(k)} for v, k, _, _ in rows]
-        return top, int(rows[0][2]), int(rows[0][3] or 0)
+            return [], 0, 0, 0
+        top = [{"value": v, "count": int(k)} for v, k, _, _, _ in rows]
+        return top, int(rows[0][2]), int(rows[0][3] or 0), int(q.as_float(rows[0][4]) or 0)
 
     def histogram(self, column: ColumnSpec, buckets: int) -> list[dict[str, Any]]:
         assert self.sample is not None
@@ -194,13 +198,22 @@ def _is_json(value: str) -> bool:
 
 
 def column_summary(
-    column: ColumnSpec, *, sampled: bool, n: int, rows: int, agg: dict[str, Any], top: list[dict[str, Any]], d: int, f1: int
+    column: ColumnSpec,
+    *,
+    sampled: bool,
+    n: int,
+    rows: int,
+    agg: dict[str, Any],
+    top: list[dict[str, Any]],
+    d: int,
+    f1: int,
+    k2: int,
 ) -> dict[str, Any]:
     """One column's figures: null ratio over the sample, distinct estimated for the table."""
     non_null = agg["non_null"]
     null_ratio = (n - non_null) / n if n else None
     total_non_null = rows * (1 - null_ratio) if null_ratio is not None else 0
-    distinct = q.estimate_distinct(sampled=sampled, n=non_null, d=d, f1=f1, total_non_null=total_non_null)
+    distinct = q.estimate_distinct(sampled=sampled, n=non_null, d=d, f1=f1, k2=k2, total_non_null=total_non_null)
     return {
         "name": column.name,
         "type": column.type,

@@ -13,10 +13,12 @@ Sampling, when a table has more rows than the sample asks for:
                  costs ~0.2 s per statement on 1M MariaDB rows and a profile runs one per
                  column; the windows cost ~10 ms. Without such a key: the first rows.
 
-Distinct counts from a sample use Haas and Stokes' Duj1 estimator (PostgreSQL's ANALYZE uses
-it too): n*d / (n - f1 + f1*n/N), with n sampled non-null values, d distinct among them, f1
-seen exactly once, N non-null rows in the table. A unique column (f1 = d = n) scales to N, a
-low-cardinality one (f1 = 0) stays d.
+Distinct counts from a sample (estimate_distinct): the occupancy estimator when the
+sampled values have similar frequencies, else Haas and Stokes' Duj1 (PostgreSQL's ANALYZE
+uses it): n*d / (n - f1 + f1*n/N), with n sampled non-null values, d distinct among them, f1
+seen exactly once, N non-null rows in the table. A unique column scales to N, a
+low-cardinality one stays d. Key windows read runs of neighbouring rows: a column whose
+values follow the key (a creation time) is then under-counted; TABLESAMPLE has no such bias.
 """
 
 from __future__ import annotations
@@ -212,7 +214,7 @@ def frequency_sql(column: ColumnSpec, sample: Sample, protocol: str, top_k: int)
     g = group_sql(c, column.family, protocol)
     inner = f"SELECT {g} AS v, COUNT(*) AS k FROM {sample.source} WHERE {c} IS NOT NULL GROUP BY {g}"
     return (
-        "SELECT v, k, COUNT(*) OVER () AS d, SUM(CASE WHEN k = 1 THEN 1 ELSE 0 END) OVER () AS f1 "
+        "SELECT v, k, COUNT(*) OVER () AS d, SUM(CASE WHEN k = 1 THEN 1 ELSE 0 END) OVER () AS f1, SUM(k * k) OVER () AS k2 "
         f"FROM ({inner}) AS g ORDER BY k DESC, v LIMIT {int(top_k)}"
     )
 
@@ -263,15 +265,51 @@ def containment_sql(child: tuple[str, str, str], parent: tuple[str, str, str], p
 # -- estimators ----------------------------------------------------------------------------
 
 
-def estimate_distinct(*, sampled: bool, n: int, d: int, f1: int, total_non_null: float) -> int:
-    """Duj1 over a sample (n values, d distinct, f1 singletons) for a column of total_non_null values."""
+def estimate_distinct(*, sampled: bool, n: int, d: int, f1: int, k2: int, total_non_null: float) -> int:
+    """Distinct values of a column of total_non_null values, from a sample of n values with d
+    distinct, f1 seen once and k2 the sum of each value's squared count.
+
+    Sample counts about as dispersed as random draws make them (variance/mean < DISPERSED)
+    mean values of similar frequency: the occupancy estimator solves d = D (1 - e^(-n/D)) for
+    D, the values the rows are drawn from (n draws from D equally likely values show that many
+    on average), and the table's N rows then hold D (1 - e^(-N/D)) of them. Within a few % on
+    such columns where Duj1 was 15-20 % low at moderate cardinality (bench/discovery.py).
+    Skewed counts (a few frequent values, a long tail): Duj1."""
     if not sampled or n == 0 or d == 0:
         return d
     total = max(total_non_null, n)
+    mean = n / d
+    dispersion = (k2 / d - mean * mean) / mean
+    if dispersion < DISPERSED:
+        if d >= n:
+            return int(total)  # every sampled value differs: a unique column
+        values = occupancy_estimate(n=n, d=d)  # the values rows are drawn from ...
+        return int(round(min(total, max(d, values * -math.expm1(-total / values)))))  # ... of which the table holds this many
     denominator = n - f1 + f1 * n / total
     if denominator <= 0:
         return int(total)
     return int(round(min(total, max(d, n * d / denominator))))
+
+
+DISPERSED = 2.0
+
+
+def occupancy_estimate(*, n: int, d: int) -> float:
+    """D with D (1 - e^(-n/D)) = d < n, by bisection (the left side grows with D towards n)."""
+
+    def expected(distinct: float) -> float:
+        return distinct * -math.expm1(-n / distinct)
+
+    low, high = float(d), float(d)
+    while expected(high) < d and high < 1e15:
+        high *= 2
+    for _ in range(100):
+        middle = (low + high) / 2
+        if expected(middle) < d:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
 
 
 def as_float(value: Any) -> float | None:

@@ -14,6 +14,7 @@ where it means that database (a server's other databases are usually not the tar
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 import threading
 import time
@@ -21,8 +22,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import apsw
+
 from backends.dialects import catalog_for
-from backends.harvest import snapshot
+from backends.harvest import Table, snapshot
 from gateway.errors import GatewayError, NotFound
 from handlers.query.catalog.store import BATCH_TABLES, CatalogStore
 
@@ -108,12 +111,12 @@ class DiscoveryJobs:
                     progress["tables_total"] += len(tables)
                     progress.update(phase=f"writing {schema}")
                     with self.store.write() as db:
-                        self.store.write_schema_object(run_id, target_id, schema, db)
+                        write_schema_object(run_id, target_id, schema, db)
                     counts["schemas"] += 1
                     for start in range(0, len(tables), BATCH_TABLES):
                         batch = tables[start : start + BATCH_TABLES]
                         with self.store.write() as db:
-                            for key, value in self.store.write_tables(run_id, target_id, schema, batch, db).items():
+                            for key, value in write_tables(self.store, run_id, target_id, schema, batch, db).items():
                                 counts[key] += value
                             progress["tables_done"] += len(batch)
                             report(db)
@@ -150,3 +153,60 @@ class DiscoveryJobs:
         if not names:
             raise NotFound(f"no schema of target {target.target_id} matches {schema_filter!r}")
         return names
+
+
+# -- writing a harvest (inside the caller's transaction) ---------------------------------------
+
+
+def write_tables(
+    store: CatalogStore, run_id: int, target_id: str, schema: str, tables: list[Table], conn: apsw.Connection
+) -> dict[str, int]:
+    """Inside the caller's transaction: the tables, their columns, keys and view dependencies."""
+    now = time.time()
+    counts = {"tables": 0, "views": 0, "columns": 0, "foreign_keys": 0, "indexes": 0, "view_dependencies": 0}
+    insert = (
+        "INSERT INTO catalog_objects (target_id, run_id, object_type, schema_name, table_name, column_name, comment, "
+        "rows_estimate, definition_json, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    )
+    for table in tables:
+        counts["tables" if table["type"] != "view" else "views"] += 1
+        definition = {
+            k: table[k] for k in ("type", "primary_key", "unique", "foreign_keys", "indexes", "depends_on", "definition")
+        }
+        definition["columns"] = [{"name": c["name"], "type": c["type"]} for c in table["columns"]]
+        conn.execute(
+            insert,
+            (target_id, run_id, table["type"], schema, table["name"], "", table["comment"] or "", table["rows_estimate"],
+             json.dumps(definition), now),
+        )  # fmt: skip
+        keys = {c for k in [table["primary_key"], *table["unique"]] for c in k[:1]}
+        for position, column in enumerate(table["columns"], 1):
+            column_def = {
+                "type": column["type"], "nullable": column["nullable"], "default": column["default"],
+                "ordinal": position, "key": column["name"] in keys,
+            }  # fmt: skip
+            conn.execute(
+                insert,
+                (target_id, run_id, "column", schema, table["name"], column["name"], column["comment"] or "", None,
+                 json.dumps(column_def), now),
+            )  # fmt: skip
+        counts["columns"] += len(table["columns"])
+        counts["indexes"] += len(table["indexes"])
+        for fk in table["foreign_keys"]:
+            counts["foreign_keys"] += 1
+            store._relationship(conn, target_id, run_id, "declared_fk", schema, table["name"], fk["columns"],
+                               fk["referenced_schema"] or schema, fk["referenced_table"], fk["referenced_columns"],
+                               name=fk["name"] or "", now=now)  # fmt: skip
+        for dep_schema, dep_table in table["depends_on"]:
+            counts["view_dependencies"] += 1
+            store._relationship(
+                conn, target_id, run_id, "view_dependency", schema, table["name"], [], dep_schema, dep_table, [], now=now
+            )
+    return counts
+
+
+def write_schema_object(run_id: int, target_id: str, schema: str, conn: apsw.Connection) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO catalog_objects (target_id, run_id, object_type, schema_name, updated_at) VALUES (?,?,?,?,?)",
+        (target_id, run_id, "schema", schema, time.time()),
+    )

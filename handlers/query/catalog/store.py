@@ -22,7 +22,6 @@ from typing import Any
 
 import apsw
 
-from backends.harvest import Table
 from gateway import sqlite
 from gateway.pids import pid_alive
 
@@ -112,59 +111,6 @@ class CatalogStore:
     def latest_run(self, target_id: str) -> int | None:
         found = self.rows("SELECT max(run_id) AS run_id FROM catalog_runs WHERE target_id = ? AND state = 'ok'", (target_id,))
         return found[0]["run_id"] if found and found[0]["run_id"] is not None else None
-
-    # -- harvest -----------------------------------------------------------------------------
-    def write_tables(
-        self, run_id: int, target_id: str, schema: str, tables: list[Table], conn: apsw.Connection
-    ) -> dict[str, int]:
-        """Inside the caller's transaction: the tables, their columns, keys and view dependencies."""
-        now = time.time()
-        counts = {"tables": 0, "views": 0, "columns": 0, "foreign_keys": 0, "indexes": 0, "view_dependencies": 0}
-        insert = (
-            "INSERT INTO catalog_objects (target_id, run_id, object_type, schema_name, table_name, column_name, comment, "
-            "rows_estimate, definition_json, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
-        )
-        for table in tables:
-            counts["tables" if table["type"] != "view" else "views"] += 1
-            definition = {
-                k: table[k] for k in ("type", "primary_key", "unique", "foreign_keys", "indexes", "depends_on", "definition")
-            }
-            definition["columns"] = [{"name": c["name"], "type": c["type"]} for c in table["columns"]]
-            conn.execute(
-                insert,
-                (target_id, run_id, table["type"], schema, table["name"], "", table["comment"] or "", table["rows_estimate"],
-                 json.dumps(definition), now),
-            )  # fmt: skip
-            keys = {c for k in [table["primary_key"], *table["unique"]] for c in k[:1]}
-            for position, column in enumerate(table["columns"], 1):
-                column_def = {
-                    "type": column["type"], "nullable": column["nullable"], "default": column["default"],
-                    "ordinal": position, "key": column["name"] in keys,
-                }  # fmt: skip
-                conn.execute(
-                    insert,
-                    (target_id, run_id, "column", schema, table["name"], column["name"], column["comment"] or "", None,
-                     json.dumps(column_def), now),
-                )  # fmt: skip
-            counts["columns"] += len(table["columns"])
-            counts["indexes"] += len(table["indexes"])
-            for fk in table["foreign_keys"]:
-                counts["foreign_keys"] += 1
-                self._relationship(conn, target_id, run_id, "declared_fk", schema, table["name"], fk["columns"],
-                                   fk["referenced_schema"] or schema, fk["referenced_table"], fk["referenced_columns"],
-                                   name=fk["name"] or "", now=now)  # fmt: skip
-            for dep_schema, dep_table in table["depends_on"]:
-                counts["view_dependencies"] += 1
-                self._relationship(
-                    conn, target_id, run_id, "view_dependency", schema, table["name"], [], dep_schema, dep_table, [], now=now
-                )
-        return counts
-
-    def write_schema_object(self, run_id: int, target_id: str, schema: str, conn: apsw.Connection) -> None:
-        conn.execute(
-            "INSERT OR IGNORE INTO catalog_objects (target_id, run_id, object_type, schema_name, updated_at) VALUES (?,?,?,?,?)",
-            (target_id, run_id, "schema", schema, time.time()),
-        )
 
     @staticmethod
     def _relationship(
