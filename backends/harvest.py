@@ -2,12 +2,13 @@
 with comments and estimates, columns, keys, foreign keys, indexes and view dependencies.
 
 discovery.run_static stores what this returns in the catalog; suggest_joins reads it for the
-tables it compares. One statement per kind of object for the whole schema (MySQL
-information_schema, PostgreSQL pg_catalog), so 2,000 tables cost the same handful of round
-trips as 2; SQLite's pragmas are per table but local. Names are bound as parameters.
+tables it compares. One statement per kind of object for the whole schema or a batch of its
+tables (MySQL information_schema, PostgreSQL pg_catalog), so 200 tables cost the same handful
+of round trips as 2; SQLite's pragmas are per table but local. Names are bound as parameters.
 
 `snapshot(protocol, conn, schema, tables=None)` returns {table name: Table}; `tables` limits
-it to those names.
+the statements to those names (discovery reads a big schema in batches, each statement well
+inside the target's timeout).
 """
 
 from __future__ import annotations
@@ -79,12 +80,21 @@ def _mysql_rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[dict[str, 
 
 def _mysql(conn: Any, schema: str, only: set[str] | None) -> dict[str, Table]:
     out: dict[str, Table] = {}
+    names = tuple(sorted(only)) if only is not None else None
+    if names == ():
+        return out
+
+    def among(column: str) -> tuple[str, tuple[Any, ...]]:
+        """The statement's filter on the tables asked for, and its parameters."""
+        return (f" AND {column} IN %s", (names,)) if names is not None else ("", ())
+
+    where, params = among("t.table_name")
     for r in _mysql_rows(
         conn,
         "SELECT t.table_name AS name, t.table_type AS kind, t.table_comment AS comment, t.table_rows AS n, v.view_definition AS def "
         "FROM information_schema.tables t LEFT JOIN information_schema.views v "
-        "ON v.table_schema = t.table_schema AND v.table_name = t.table_name WHERE t.table_schema = %s",
-        (schema,),
+        "ON v.table_schema = t.table_schema AND v.table_name = t.table_name WHERE t.table_schema = %s" + where,
+        (schema, *params),
     ):
         if only is None or r["name"] in only:
             kind = MYSQL_KINDS.get(r["kind"], str(r["kind"]).lower())
@@ -93,8 +103,10 @@ def _mysql(conn: Any, schema: str, only: set[str] | None) -> dict[str, Table]:
     for r in _mysql_rows(
         conn,
         "SELECT table_name AS t, column_name AS name, column_type AS type, is_nullable AS nullable, column_default AS dflt, "
-        "column_comment AS comment FROM information_schema.columns WHERE table_schema = %s ORDER BY table_name, ordinal_position",
-        (schema,),
+        "column_comment AS comment FROM information_schema.columns WHERE table_schema = %s"
+        + among("table_name")[0]
+        + " ORDER BY table_name, ordinal_position",
+        (schema, *params),
     ):
         if r["t"] in out:
             out[r["t"]]["columns"].append(
@@ -114,9 +126,10 @@ def _mysql(conn: Any, schema: str, only: set[str] | None) -> dict[str, Table]:
         "FROM information_schema.table_constraints tc JOIN information_schema.key_column_usage k "
         "ON k.constraint_schema = tc.constraint_schema AND k.constraint_name = tc.constraint_name "
         "AND k.table_schema = tc.table_schema AND k.table_name = tc.table_name "
-        "WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY') "
-        "ORDER BY k.table_name, tc.constraint_name, k.ordinal_position",
-        (schema,),
+        "WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')"
+        + among("tc.table_name")[0]
+        + " ORDER BY k.table_name, tc.constraint_name, k.ordinal_position",
+        (schema, *params),
     ):
         if r["t"] not in out:
             continue
@@ -129,8 +142,8 @@ def _mysql(conn: Any, schema: str, only: set[str] | None) -> dict[str, Table]:
     for r in _mysql_rows(
         conn,
         "SELECT table_name AS t, index_name AS name, non_unique, column_name AS col FROM information_schema.statistics "
-        "WHERE table_schema = %s ORDER BY table_name, index_name, seq_in_index",
-        (schema,),
+        "WHERE table_schema = %s" + among("table_name")[0] + " ORDER BY table_name, index_name, seq_in_index",
+        (schema, *params),
     ):
         if r["t"] in out:
             index = indexes.setdefault(
@@ -190,8 +203,9 @@ def _pgsql(conn: Any, schema: str, only: set[str] | None) -> dict[str, Table]:
         "SELECT c.oid::int8 AS oid, c.relname::text AS name, c.relkind::text AS kind, obj_description(c.oid, 'pg_class') AS comment, "
         "c.reltuples::bigint AS n, CASE WHEN c.relkind IN ('v', 'm') THEN pg_get_viewdef(c.oid) END AS def "
         "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
-        (schema,),
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')"
+        + (" AND c.relname = ANY(%s)" if only is not None else ""),
+        (schema, *([sorted(only)] if only is not None else [])),
     ):
         if only is None or r["name"] in only:
             rows = r["n"] if r["kind"] in "rpm" and r["n"] >= 0 else None

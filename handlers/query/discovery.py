@@ -24,8 +24,9 @@ from backends.dialects import catalog_for
 from backends.driver_errors import DRIVER_ERRORS, is_timeout
 from backends.pools import TargetPools, connection_broken
 from backends.targets import Target, default_schema
-from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, NotFound, Unavailable
+from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from handlers.query.lookup import require_schema, require_table
 from handlers.query.variables import SUMMARY_THRESHOLD, variable
 
 log = logging.getLogger("mcp_gateway.query")
@@ -262,15 +263,11 @@ class DiscoveryTools(ToolHandler):
 
     @staticmethod
     def _require_schema(catalog: Any, target: Target, schema: str) -> None:
-        if not catalog.schema_exists(schema):
-            raise NotFound(f"schema {schema!r} not found on target {target.target_id}")
+        require_schema(catalog, target.target_id, schema)  # NOT_FOUND names the closest schemas
 
     @staticmethod
     def _require_table(catalog: Any, target: Target, schema: str, table: str) -> str:
-        kind = catalog.table_kind(schema, table)
-        if kind is None:
-            raise NotFound(f"table {schema}.{table} not found on target {target.target_id}")
-        return kind
+        return require_table(catalog, target.target_id, schema, table)  # NOT_FOUND names the closest tables
 
     @tool("list_targets", title="List query targets", read_only=True)
     async def list_targets(self, args: ListTargetsIn, ctx: CallContext) -> ListTargetsOut:

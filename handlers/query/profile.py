@@ -192,10 +192,10 @@ class ProfileTools(ToolHandler):
             sample = profiler.choose_sample(args.sample_rows)
             n, aggregates = profiler.aggregates(columns)
             for column in columns:
-                top, d, f1, k2 = profiler.frequencies(column, 10)
+                top, counts = profiler.frequencies(column, 10)
                 agg = aggregates[column.name]
                 done.append(
-                    column_summary(column, sampled=sample.sampled, n=n, rows=profiler.rows, agg=agg, top=top, d=d, f1=f1, k2=k2)
+                    column_summary(column, sampled=sample.sampled, n=n, rows=profiler.rows, agg=agg, top=top, shape=counts)
                 )
         except OutOfBudget:
             truncated = True
@@ -246,9 +246,9 @@ class ProfileTools(ToolHandler):
             profiler.count_rows()
             sample = profiler.choose_sample(args.sample_rows)
             n, aggregates = profiler.aggregates([column])
-            top, d, f1, k2 = profiler.frequencies(column, args.top_k)
+            top, counts = profiler.frequencies(column, args.top_k)
             agg = aggregates[column.name]
-            summary = column_summary(column, sampled=sample.sampled, n=n, rows=profiler.rows, agg=agg, top=top, d=d, f1=f1, k2=k2)
+            summary = column_summary(column, sampled=sample.sampled, n=n, rows=profiler.rows, agg=agg, top=top, shape=counts)
             if axis:
                 histogram = profiler.histogram(column, args.buckets)
             if column.family in ("string", "other", "json"):

@@ -108,10 +108,7 @@ class Profiler:
                 self.sample = q.full_table(s.schema, s.table, s.protocol)
             else:
                 self.sample = q.key_windows(s.schema, s.table, s.protocol, s.integer_key, int(low), int(high), sample_rows)
-                self.notes.append(
-                    f"sampled as {q.WINDOWS} runs of neighbouring {s.integer_key} values: a column whose values follow the key "
-                    "(a creation time) gets a low distinct_estimate"
-                )
+
         else:
             self.sample = q.first_rows(s.schema, s.table, s.protocol, sample_rows)
             self.notes.append("no integer key to spread the sample over: it is the first rows the engine returns")
@@ -144,14 +141,19 @@ class Profiler:
             out[column.name] = item
         return out
 
-    def frequencies(self, column: ColumnSpec, top_k: int) -> tuple[list[dict[str, Any]], int, int, int]:
-        """(top values with counts, distinct values in the sample, values seen once, sum of squared counts)."""
+    def frequencies(self, column: ColumnSpec, top_k: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """(top values with counts, the sample's shape: d distinct, f1 seen once, k2 sum of squared
+        counts, repeated values seen more than once, crossing those seen in more than one window)."""
         assert self.sample is not None
         rows = self._query(q.frequency_sql(column, self.sample, self.shape.protocol, top_k))
         if not rows:
-            return [], 0, 0, 0
-        top = [{"value": v, "count": int(k)} for v, k, _, _, _ in rows]
-        return top, int(rows[0][2]), int(rows[0][3] or 0), int(q.as_float(rows[0][4]) or 0)
+            return [], {"d": 0, "f1": 0, "k2": 0, "repeated": 0, "crossing": 0}
+        top = [{"value": r[0], "count": int(r[1])} for r in rows]
+        names = ("d", "f1", "k2", "repeated", "crossing")
+        shape = {name: int(q.as_float(value) or 0) for name, value in zip(names, rows[0][2:7], strict=True)}
+        if self.sample.method != "key_windows":
+            shape["repeated"] = shape["crossing"] = 0  # no windows to cross: not evidence of clustering
+        return top, shape
 
     def histogram(self, column: ColumnSpec, buckets: int) -> list[dict[str, Any]]:
         assert self.sample is not None
@@ -205,15 +207,14 @@ def column_summary(
     rows: int,
     agg: dict[str, Any],
     top: list[dict[str, Any]],
-    d: int,
-    f1: int,
-    k2: int,
+    shape: dict[str, int],
 ) -> dict[str, Any]:
     """One column's figures: null ratio over the sample, distinct estimated for the table."""
     non_null = agg["non_null"]
     null_ratio = (n - non_null) / n if n else None
     total_non_null = rows * (1 - null_ratio) if null_ratio is not None else 0
-    distinct = q.estimate_distinct(sampled=sampled, n=non_null, d=d, f1=f1, k2=k2, total_non_null=total_non_null)
+    d = shape["d"]
+    distinct = q.estimate_distinct(sampled=sampled, n=non_null, total_non_null=total_non_null, **shape)
     return {
         "name": column.name,
         "type": column.type,

@@ -18,7 +18,8 @@ sampled values have similar frequencies, else Haas and Stokes' Duj1 (PostgreSQL'
 uses it): n*d / (n - f1 + f1*n/N), with n sampled non-null values, d distinct among them, f1
 seen exactly once, N non-null rows in the table. A unique column scales to N, a
 low-cardinality one stays d. Key windows read runs of neighbouring rows: a column whose
-values follow the key (a creation time) is then under-counted; TABLESAMPLE has no such bias.
+values follow the key (a creation time) is recognised by its repeated values never crossing
+from one window to another, and estimated by scaling instead.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from sqlglot import exp
 DIALECTS = {"mysql": "mysql", "pgsql": "postgres", "sqlite": "sqlite"}
 SEED = 42  # one profile's statements read the same sample, and a repeated profile the same numbers
 WINDOWS = 20
+WINDOW_COLUMN = "mcp_sample_window"  # which key window a sampled row came from
+CLUSTERED_EVIDENCE = 10  # values seen more than once needed before calling a column clustered
 ORDERED = ("integer", "decimal", "temporal")
 GROUPABLE_AS_TEXT = ("json", "other")  # PostgreSQL json/xml/arrays have no '=' usable by GROUP BY
 
@@ -157,7 +160,8 @@ def key_windows(schema: str, table: str, protocol: str, key: str, low: int, high
     parts = []
     for i, start in enumerate(starts):
         bound = f" AND {k} < {starts[i + 1]}" if i + 1 < len(starts) else ""
-        parts.append(f"SELECT * FROM (SELECT * FROM {tbl} WHERE {k} >= {start}{bound} ORDER BY {k} LIMIT {per_window}) AS w{i}")
+        run = f"SELECT * FROM {tbl} WHERE {k} >= {start}{bound} ORDER BY {k} LIMIT {per_window}"
+        parts.append(f"SELECT {i} AS {WINDOW_COLUMN}, w{i}.* FROM ({run}) AS w{i}")
     return Sample(f"({' UNION ALL '.join(parts)}) AS s", True, "key_windows")
 
 
@@ -212,9 +216,13 @@ def frequency_sql(column: ColumnSpec, sample: Sample, protocol: str, top_k: int)
     the sample) and f1 (values seen once): what the distinct estimator needs, in one pass."""
     c = ident(column.name, protocol)
     g = group_sql(c, column.family, protocol)
-    inner = f"SELECT {g} AS v, COUNT(*) AS k FROM {sample.source} WHERE {c} IS NOT NULL GROUP BY {g}"
+    # Key windows: in how many windows each value was seen. A value repeated inside one window
+    # and never seen in another is what a column following the key looks like.
+    windows = f"MAX({WINDOW_COLUMN}) - MIN({WINDOW_COLUMN})" if sample.method == "key_windows" else "0"  # > 0: crossed
+    inner = f"SELECT {g} AS v, COUNT(*) AS k, {windows} AS nw FROM {sample.source} WHERE {c} IS NOT NULL GROUP BY {g}"
     return (
-        "SELECT v, k, COUNT(*) OVER () AS d, SUM(CASE WHEN k = 1 THEN 1 ELSE 0 END) OVER () AS f1, SUM(k * k) OVER () AS k2 "
+        "SELECT v, k, COUNT(*) OVER () AS d, SUM(CASE WHEN k = 1 THEN 1 ELSE 0 END) OVER () AS f1, SUM(k * k) OVER () AS k2, "
+        "SUM(CASE WHEN k > 1 THEN 1 ELSE 0 END) OVER () AS repeated, SUM(CASE WHEN nw > 0 THEN 1 ELSE 0 END) OVER () AS crossing "
         f"FROM ({inner}) AS g ORDER BY k DESC, v LIMIT {int(top_k)}"
     )
 
@@ -265,7 +273,9 @@ def containment_sql(child: tuple[str, str, str], parent: tuple[str, str, str], p
 # -- estimators ----------------------------------------------------------------------------
 
 
-def estimate_distinct(*, sampled: bool, n: int, d: int, f1: int, k2: int, total_non_null: float) -> int:
+def estimate_distinct(
+    *, sampled: bool, n: int, d: int, f1: int, k2: int, total_non_null: float, repeated: int = 0, crossing: int = 0
+) -> int:
     """Distinct values of a column of total_non_null values, from a sample of n values with d
     distinct, f1 seen once and k2 the sum of each value's squared count.
 
@@ -274,10 +284,14 @@ def estimate_distinct(*, sampled: bool, n: int, d: int, f1: int, k2: int, total_
     D, the values the rows are drawn from (n draws from D equally likely values show that many
     on average), and the table's N rows then hold D (1 - e^(-N/D)) of them. Within a few % on
     such columns where Duj1 was 15-20 % low at moderate cardinality (bench/discovery.py).
-    Skewed counts (a few frequent values, a long tail): Duj1."""
+    Skewed counts (a few frequent values, a long tail): Duj1. A key-window sample where the
+    repeated values stay inside one window (crossing < half of repeated) is a column that
+    follows the key: each window holds its own values, so distinct values scale with rows."""
     if not sampled or n == 0 or d == 0:
         return d
     total = max(total_non_null, n)
+    if repeated >= CLUSTERED_EVIDENCE and crossing < repeated / 2:
+        return int(round(min(total, d * total / n)))
     mean = n / d
     dispersion = (k2 / d - mean * mean) / mean
     if dispersion < DISPERSED:

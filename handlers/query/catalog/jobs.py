@@ -25,6 +25,7 @@ from typing import Any
 import apsw
 
 from backends.dialects import catalog_for
+from backends.driver_errors import DRIVER_ERRORS, is_timeout
 from backends.harvest import Table, snapshot
 from gateway.errors import GatewayError, NotFound
 from handlers.query.catalog.store import BATCH_TABLES, CatalogStore
@@ -103,18 +104,18 @@ class DiscoveryJobs:
                 progress["schemas_total"] = len(schemas)
                 report()
                 for schema in schemas:
-                    if self.stop.is_set():
-                        raise GatewayError("the gateway shut down during the run")
-                    progress.update(phase=f"reading {schema}")
+                    progress.update(phase=f"listing {schema}")
                     report()
-                    tables = list(snapshot(target.protocol, conn, schema).values())
-                    progress["tables_total"] += len(tables)
-                    progress.update(phase=f"writing {schema}")
+                    names = self._table_names(catalog, schema)
+                    progress["tables_total"] += len(names)
+                    progress.update(phase=f"harvesting {schema}")
                     with self.store.write() as db:
                         write_schema_object(run_id, target_id, schema, db)
                     counts["schemas"] += 1
-                    for start in range(0, len(tables), BATCH_TABLES):
-                        batch = tables[start : start + BATCH_TABLES]
+                    for start in range(0, len(names), BATCH_TABLES):
+                        if self.stop.is_set():
+                            raise GatewayError("the gateway shut down during the run")
+                        batch = list(snapshot(target.protocol, conn, schema, names[start : start + BATCH_TABLES]).values())
                         with self.store.write() as db:
                             for key, value in write_tables(self.store, run_id, target_id, schema, batch, db).items():
                                 counts[key] += value
@@ -126,6 +127,11 @@ class DiscoveryJobs:
             self.store.update_run(run_id, state="ok", finished_at=time.time())
         except GatewayError as exc:
             self._fail(run_id, progress, {"code": exc.code, "message": exc.message})
+        except DRIVER_ERRORS as exc:
+            if not is_timeout(exc):
+                raise
+            message = f"a catalog statement ran past the timeout_ms of target {target_id}; try a narrower schema_filter"
+            self._fail(run_id, progress, {"code": "DEADLINE_EXCEEDED", "message": message})
         except Exception:  # a driver error or a bug: a safe message here, the trace in the log
             log.exception("discovery run %s on target %s failed", run_id, target_id)
             self._fail(run_id, progress, {"code": "INTERNAL", "message": "the discovery run failed; see the gateway log"})
@@ -137,6 +143,17 @@ class DiscoveryJobs:
     def _fail(self, run_id: int, progress: dict[str, Any], error: dict[str, Any]) -> None:
         progress["phase"] = "failed"
         self.store.update_run(run_id, state="failed", finished_at=time.time(), progress=progress, error=error)
+
+    @staticmethod
+    def _table_names(catalog: Any, schema: str) -> list[str]:
+        names: list[str] = []
+        after = ""
+        while True:
+            page = [t["name"] for t in catalog.tables(schema, after, SCHEMA_PAGE, None)]
+            names += page
+            if len(page) < SCHEMA_PAGE:
+                return names
+            after = page[-1]
 
     @staticmethod
     def _schemas(catalog: Any, target: Any, schema_filter: str) -> list[str]:
