@@ -6,7 +6,8 @@ profile   A table of --rows rows (default 1,000,000) on MariaDB and on PostgreSQ
           (follows the key, as in most tables: about 10 rows a minute, arrivals jittered). table_profile runs through the handler's real
           path with the targets' default timeout_ms (2000); the script prints, per column,
           the profile's null ratio and distinct estimate beside the exact values (COUNT(*) /
-          COUNT(DISTINCT) over the whole table, run here directly), with the relative error.
+          COUNT(DISTINCT) over the whole table, run here directly: the baseline, timed too),
+          with the relative error.
 harvest   A schema of --tables tables x --columns columns (default 2,000 x 10) with comments
           and one foreign key per table, on PostgreSQL (and MariaDB with --harvest-mysql);
           discovery.run_static as the job the tool starts, followed through discovery.status
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -182,10 +184,12 @@ def harvest(handler: QueryHandler, target_id: str, schema_filter: str) -> dict[s
             break
         time.sleep(0.5)
     elapsed = time.perf_counter() - started
+    load = os.getloadavg()[0]
     search_started = time.perf_counter()
     hits = call(handler, "catalog.search", {"query": "needle", "target_id": target_id})["results"]
     return {
         "seconds": round(elapsed, 2),
+        "load_average_1m": load,
         "state": status["state"],
         "counts": status["counts"],
         "progress_snapshots": len(snapshots),
@@ -233,7 +237,10 @@ def main() -> int:
             build_pg_big(pg_db, args.rows)
             report["build_s"] = round(time.perf_counter() - started, 1)
             report["profile"] = {}
-            for engine, exact in (("maria", exact_mysql(maria_db)), ("pg", exact_pg(pg_db))):
+            for engine, exact_of, db in (("maria", exact_mysql, maria_db), ("pg", exact_pg, pg_db)):
+                started = time.perf_counter()
+                exact = exact_of(db)  # the baseline: every figure computed exactly over the whole table
+                exact_ms = (time.perf_counter() - started) * 1000
                 call(handler, "table_profile", {"target_id": engine, "table": "big"})  # warm the pool and the checker
                 started = time.perf_counter()
                 profile = call(handler, "table_profile", {"target_id": engine, "table": "big"})
@@ -241,6 +248,9 @@ def main() -> int:
                 rows = side_by_side(profile, exact)
                 report["profile"][engine] = {
                     "ms": round(elapsed_ms, 1),
+                    "exact_ms": round(exact_ms, 1),
+                    "exact_over_profile": round(exact_ms / elapsed_ms, 2),
+                    "load_average_1m": os.getloadavg()[0],
                     "within_timeout": elapsed_ms < default_timeout_ms and not profile["truncated"],
                     "sampled": profile["sampled"],
                     "sample_rows": profile["sample_rows"],

@@ -157,6 +157,14 @@ class ProfileTools(ToolHandler):
             columns=columns,
             rows_estimate=known["rows_estimate"] if kind == "table" else None,
             integer_key=integer_key(target.protocol, constraints, columns, has_rowid) if kind == "table" else None,
+            unique_columns=frozenset(
+                k[0]
+                for k in [
+                    (constraints.get("primary_key") or {}).get("columns") or [],
+                    *(u["columns"] for u in constraints.get("unique", [])),
+                ]
+                if len(k) == 1
+            ),
         )
         return target, kind, schema, shape, {**known, "raw_columns": raw}
 
@@ -191,12 +199,16 @@ class ProfileTools(ToolHandler):
             profiler.count_rows()
             sample = profiler.choose_sample(args.sample_rows)
             n, aggregates = profiler.aggregates(columns)
+            frequencies = profiler.all_frequencies(columns, 10)
             for column in columns:
-                top, counts = profiler.frequencies(column, 10)
-                agg = aggregates[column.name]
-                done.append(
-                    column_summary(column, sampled=sample.sampled, n=n, rows=profiler.rows, agg=agg, top=top, shape=counts)
-                )
+                if column.name in frequencies:
+                    top, counts = frequencies[column.name]
+                    agg = aggregates[column.name]
+                    done.append(
+                        column_summary(column, sampled=sample.sampled, n=n, rows=profiler.rows, agg=agg, top=top, shape=counts)
+                    )
+            if len(done) < len(columns):
+                raise OutOfBudget
         except OutOfBudget:
             truncated = True
             profiler.notes.append(f"the profile stopped at the target's timeout of {target.timeout_ms} ms")

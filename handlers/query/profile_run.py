@@ -10,10 +10,13 @@ naming the columns it did not reach.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +25,13 @@ from handlers.query import profile_sql as q
 from handlers.query.profile_sql import ColumnSpec, Sample
 
 RunSql = Callable[[str, int], dict[str, Any]]  # (sql, timeout_ms) -> the shared path's result
-EXACT_COUNT_MAX_ROWS = 5_000_000  # above the engine's estimate, COUNT(*) is not tried
+# Above the engine's estimate, COUNT(*) is not tried: InnoDB walks an index for it (~0.15-0.3 s
+# per million rows, a sixth of a 2 s budget); PostgreSQL counts a million rows in ~60 ms.
+EXACT_COUNT_MAX_ROWS = {"mysql": 500_000, "pgsql": 5_000_000, "sqlite": 5_000_000}
 COUNT_BUDGET_SHARE = 0.3  # an exact count may use this much of the budget before the estimate is used
 AGGREGATE_COLUMNS = 40  # columns per aggregate statement
 MIN_STATEMENT_MS = 20  # less budget than this left: stop instead of starting a statement
+STATEMENTS_AT_ONCE = 3  # per-column statements of one profile in flight together
 PATTERN_VALUES = 200  # distinct values read for pattern hints
 PATTERN_SHARE = 0.8  # a hint needs this share of the values read
 PATTERNS = (
@@ -53,6 +59,7 @@ class TableShape:
     columns: list[ColumnSpec]
     rows_estimate: int | None
     integer_key: str | None  # a single-column integer primary key, or SQLite's rowid
+    unique_columns: frozenset[str] = frozenset()  # single-column primary or unique keys: distinct = non-null
 
 
 @dataclass
@@ -65,6 +72,7 @@ class Profiler:
     rows_exact: bool = True
     sample: Sample | None = None
     notes: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- budget ------------------------------------------------------------------------------
     def remaining_ms(self) -> int:
@@ -74,7 +82,8 @@ class Profiler:
         remaining = self.remaining_ms()
         if remaining < MIN_STATEMENT_MS:
             raise OutOfBudget
-        self.statements += 1
+        with self.lock:
+            self.statements += 1
         try:
             return self.run(sql, max(MIN_STATEMENT_MS, int(remaining * share)))["rows"]
         except DeadlineExceeded:
@@ -86,7 +95,7 @@ class Profiler:
     def count_rows(self) -> None:
         s = self.shape
         estimate = s.rows_estimate
-        if estimate is None or estimate <= EXACT_COUNT_MAX_ROWS:
+        if estimate is None or estimate <= EXACT_COUNT_MAX_ROWS[s.protocol]:
             try:
                 self.rows = int(self._query(q.count_sql(s.schema, s.table, s.protocol), share=COUNT_BUDGET_SHARE)[0][0])
                 return
@@ -139,6 +148,25 @@ class Profiler:
                 length = q.as_float(next(values))
                 item["avg_length"] = round(length, 2) if length is not None else None
             out[column.name] = item
+        return out
+
+    def all_frequencies(self, columns: list[ColumnSpec], top_k: int) -> dict[str, tuple[list[dict[str, Any]], dict[str, int]]]:
+        """frequencies() of each column, STATEMENTS_AT_ONCE statements at a time (each on its own
+        pooled connection): the per-column statements are most of a profile's time. A column of a
+        single-column key needs none: its values are distinct by constraint. Columns whose
+        statement did not fit in the budget are missing from the result."""
+        out: dict[str, tuple[list[dict[str, Any]], dict[str, int]]] = {}
+        wanted = []
+        for column in columns:
+            if column.name in self.shape.unique_columns:
+                out[column.name] = ([], {"d": -1, "f1": 0, "k2": 0, "repeated": 0, "crossing": 0})  # d filled by the caller
+            else:
+                wanted.append(column)
+        with ThreadPoolExecutor(max_workers=STATEMENTS_AT_ONCE, thread_name_prefix="mcp-profile") as pool:
+            futures = {column.name: pool.submit(self.frequencies, column, top_k) for column in wanted}
+            for name, future in futures.items():
+                with contextlib.suppress(OutOfBudget):  # that column stays unprofiled; the caller says truncated
+                    out[name] = future.result()
         return out
 
     def frequencies(self, column: ColumnSpec, top_k: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -213,8 +241,12 @@ def column_summary(
     non_null = agg["non_null"]
     null_ratio = (n - non_null) / n if n else None
     total_non_null = rows * (1 - null_ratio) if null_ratio is not None else 0
+    if shape["d"] < 0:  # a single-column key: every non-null value differs
+        shape = {**shape, "d": non_null, "f1": non_null}
+        distinct = int(round(total_non_null))
+    else:
+        distinct = q.estimate_distinct(sampled=sampled, n=non_null, total_non_null=total_non_null, **shape)
     d = shape["d"]
-    distinct = q.estimate_distinct(sampled=sampled, n=non_null, total_non_null=total_non_null, **shape)
     return {
         "name": column.name,
         "type": column.type,
