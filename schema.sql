@@ -374,6 +374,58 @@ CREATE TABLE IF NOT EXISTS rag_sync_jobs (
 );
 CREATE INDEX IF NOT EXISTS rag_sync_jobs_created ON rag_sync_jobs (created_at);
 
+-- @section evidence
+-- What the gateway saw, for /mcp/ai's anomaly detection and recommendations (gateway/evidence.py).
+-- No row data and no secrets: refused statements are kept as normalised digest text (literals as ?).
+CREATE TABLE IF NOT EXISTS evidence_traffic (
+    bucket   INTEGER NOT NULL,          -- unix seconds, a multiple of 10
+    endpoint TEXT NOT NULL,
+    tool     TEXT NOT NULL,
+    outcome  TEXT NOT NULL,             -- ok, or the error code (INVALID_ARGUMENT, UNAVAILABLE, ...)
+    calls    INTEGER NOT NULL DEFAULT 0,
+    truncated INTEGER NOT NULL DEFAULT 0, -- answers a cap cut
+    PRIMARY KEY (bucket, endpoint, tool, outcome)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS evidence_digests (
+    bucket INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    calls  INTEGER NOT NULL DEFAULT 0,
+    sum_us INTEGER NOT NULL DEFAULT 0,
+    max_us INTEGER NOT NULL DEFAULT 0,
+    result_changes INTEGER NOT NULL DEFAULT 0, -- calls whose result differed from the previous one's
+    PRIMARY KEY (bucket, digest)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS evidence_events (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts       REAL NOT NULL,
+    kind     TEXT NOT NULL,             -- auth_failure | sql_refused
+    endpoint TEXT NOT NULL DEFAULT '',
+    tool     TEXT NOT NULL DEFAULT '',
+    client   TEXT NOT NULL DEFAULT '',
+    token_fp TEXT NOT NULL DEFAULT '',
+    digest   TEXT NOT NULL DEFAULT '',
+    text     TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS evidence_events_ts ON evidence_events(ts);
+CREATE TABLE IF NOT EXISTS evidence_digest_samples (  -- internal: never returned to a caller
+    digest      TEXT PRIMARY KEY,
+    target_id   TEXT NOT NULL,
+    schema_name TEXT NOT NULL DEFAULT '',
+    sql_text    TEXT NOT NULL,
+    updated_at  REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ai_anomalies (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    detected_at REAL NOT NULL,
+    kind        TEXT NOT NULL,
+    severity    TEXT NOT NULL,
+    subject     TEXT NOT NULL,          -- JSON
+    summary     TEXT NOT NULL,
+    evidence    TEXT NOT NULL,          -- JSON
+    window_start REAL NOT NULL,
+    window_end  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ai_anomalies_detected ON ai_anomalies(detected_at);
 -- @section catalog
 -- The discovery catalog and the agents' memory (catalog.db in the data directory;
 -- handlers/query/catalog/store.py applies this section). A discovery run (discovery.run_static)

@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import logging
 import time
+import zlib
 from typing import Any
 
-from backends.digest import DigestRecorder, normalize_text
+import orjson
+
+from backends.digest import DigestRecorder, digest_of, normalize_text
 from backends.execute import ResultSet, execute_readonly, explain_prefix
 from backends.pools import TargetPools
 from backends.readonly import CheckedStatement, check_readonly, refuse
@@ -25,6 +28,7 @@ from backends.rules import RuleHits, RuleSet
 from backends.targets import Target
 from gateway.call import CallContext
 from gateway.errors import InvalidArgument, Unavailable
+from gateway.evidence import EvidenceRecorder
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
 from gateway.variables import Variable
@@ -46,6 +50,7 @@ REFUSE_PRIVILEGED = Variable(
     "Refuse SQL on a target whose account can write or reach server files (see privilege warnings) instead of only warning.",
 )
 SQL_VARIABLES: tuple[Variable, ...] = (MAX_RESPONSE_BYTES, REFUSE_PRIVILEGED)
+RESULT_HASH_MAX_BYTES = 262_144  # larger results are not hashed (cache-candidate evidence): not worth the CPU
 
 
 def _var(runtime: Runtime, declaration: Variable) -> Any:
@@ -58,9 +63,10 @@ def _var(runtime: Runtime, declaration: Variable) -> Any:
 class ReadOnlySql:
     """Runs one caller's read-only statement on a target, under the rules, caps and deadline."""
 
-    def __init__(self, targets: TargetPools, store: ConfigStore) -> None:
+    def __init__(self, targets: TargetPools, store: ConfigStore, *, evidence: EvidenceRecorder | None = None) -> None:
         self.targets = targets
         self.store = store
+        self.evidence = evidence  # refusals and digest timings, for /mcp/ai (None: not recorded)
         self.digests = DigestRecorder()
         self.rule_hits = RuleHits()
         self._rules: tuple[Any, RuleSet] = ((), RuleSet([]))
@@ -106,6 +112,7 @@ class ReadOnlySql:
             )
         try:
             if outcome.error_msg is not None:
+                self._refused(ctx, tool_name, sql)
                 raise InvalidArgument(outcome.error_msg, details={"rule_id": outcome.error_rule})
             timeout = min(timeout_ms or target.timeout_ms, target.timeout_ms, outcome.timeout_ms or target.timeout_ms)
             timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
@@ -117,7 +124,11 @@ class ReadOnlySql:
             }
             if outcome.ok_msg is not None:
                 return _answer(target.target_id, None, started, stats, message=outcome.ok_msg)
-            checked = check_readonly(outcome.sql, target.protocol, row_cap=None if explain else rows_cap + 1)
+            try:
+                checked = check_readonly(outcome.sql, target.protocol, row_cap=None if explain else rows_cap + 1)
+            except InvalidArgument:
+                self._refused(ctx, tool_name, sql)
+                raise
             if explain and checked.kind != "select":
                 raise refuse("explain_sql takes a SELECT without EXPLAIN")
             with self.targets.connection(target.target_id) as (target, conn):
@@ -131,7 +142,15 @@ class ReadOnlySql:
                         target.protocol, conn, text, timeout_ms=timeout, max_rows=rows_cap, max_bytes=max_bytes, schema=schema
                     )
                 finally:
-                    stats["digest"] = self._record(tool_name, target.target_id, checked, (time.perf_counter() - db_started) * 1e6)
+                    elapsed_us = (time.perf_counter() - db_started) * 1e6
+                    stats["digest"] = self._record(tool_name, target.target_id, checked, elapsed_us)
+            if self.evidence is not None and not explain:
+                self.evidence.digest(
+                    stats["digest"],
+                    int(elapsed_us),
+                    result_hash=_result_hash(result),
+                    sample=(target.target_id, schema or "", checked.sql),
+                )
             return _answer(target.target_id, result, started, stats)
         finally:
             self._maybe_flush()
@@ -162,6 +181,14 @@ class ReadOnlySql:
         text = normalize_text(checked.sql)
         return self.digests.record(tool_name=tool_name, target_id=target_id, digest_text=text, elapsed_us=int(elapsed_us))
 
+    def _refused(self, ctx: CallContext, tool_name: str, sql: str) -> None:
+        """Evidence of a refused statement: its normalised text (literals as ?), never the values."""
+        if self.evidence is not None:
+            text = normalize_text(sql)
+            self.evidence.event(
+                "sql_refused", endpoint=ctx.endpoint, tool=tool_name, token_fp=ctx.token_fp, digest=digest_of(text), text=text
+            )
+
     def _maybe_flush(self) -> None:
         for recorder in (self.digests, self.rule_hits):
             if recorder.due():
@@ -181,6 +208,13 @@ class ReadOnlySql:
             self.flush_stats()
         except Exception:  # noqa: BLE001 - shutting down: log, do not block the rest
             log.warning("flushing query statistics at close failed", exc_info=True)
+
+
+def _result_hash(result: ResultSet) -> int | None:
+    """A hash of the rows, to tell whether a digest's result changed between calls."""
+    if result.result_bytes > RESULT_HASH_MAX_BYTES:
+        return None
+    return zlib.crc32(orjson.dumps(result.rows, default=str))
 
 
 def _answer(

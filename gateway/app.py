@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from gateway import auth, tls
 from gateway.assembly import close_backends, handler_classes, open_store, share_backends
 from gateway.errors import GatewayError
+from gateway.evidence import EvidenceRecorder
 from gateway.metrics import Metrics
 from gateway.protocol import Dispatcher, Endpoint
 from gateway.services import Services
@@ -45,14 +46,16 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
     data_dir = Path(data_dir or os.environ.get("MCP_GATEWAY_DATA_DIR", "mcp-gateway-data")).resolve()
     store = open_store(data_dir)
     metrics = Metrics()
+    runtime = store.read_runtime()
     services = Services(
         data_dir=data_dir,
         store=store,
-        runtime=store.read_runtime(),
+        runtime=runtime,
         stats=ToolCounters(store),
         metrics=metrics,
         workers=int(os.environ.get("MCP_GATEWAY_WORKERS", "1")),
         port=int(os.environ.get("MCP_GATEWAY_PORT", "0")),
+        evidence=EvidenceRecorder(store, retention_s=runtime.var("mcp-evidence_retention_s")),
     )
     share_backends(services)
     handlers = [cls(services) for cls in handler_classes()]
@@ -80,7 +83,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
             yield
             tasks.cancel_scope.cancel()
         metrics.flush()
-        await anyio.to_thread.run_sync(services.stats.flush)
+        await anyio.to_thread.run_sync(_flush_counters, services)
         for handler in handlers:
             with contextlib.suppress(Exception):
                 await handler.close()
@@ -172,7 +175,15 @@ async def _flush_stats(services: Services) -> None:
             except Exception:
                 log.exception("folding metrics failed; retrying")
         try:
-            await anyio.to_thread.run_sync(services.stats.flush)
+            await anyio.to_thread.run_sync(_flush_counters, services)
             services.metrics.sample_process()
         except Exception:
             log.exception("flushing tool statistics failed; retrying")
+
+
+def _flush_counters(services: Services) -> None:
+    """The tool counters and the evidence, into config.db (about once a second, and at shutdown)."""
+    services.stats.flush()
+    if services.evidence is not None:
+        services.evidence.retention_s = services.runtime.var("mcp-evidence_retention_s")
+        services.evidence.flush()

@@ -48,7 +48,7 @@ def share_backends(services: Services) -> None:
     """Build what every endpoint reaching a database shares: the target pools and the read-only
     SQL path over them. Before any handler is constructed; the app closes them after the last."""
     services.targets = TargetPools(services.runtime)
-    services.sql = ReadOnlySql(services.targets, services.store)
+    services.sql = ReadOnlySql(services.targets, services.store, evidence=services.evidence)
 
 
 def close_backends(services: Services) -> None:

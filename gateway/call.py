@@ -26,6 +26,7 @@ class CallContext:
     deadline: float  # time.monotonic() value after which the call is abandoned
     protocol_version: str = ""
     client: str = ""
+    token_fp: str = ""  # fingerprint of the bearer token that authenticated the call (gateway.auth)
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

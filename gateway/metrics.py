@@ -225,6 +225,13 @@ class Metrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
+    def counter(self, name: str, help: str, labels: list[str]) -> Counter:
+        """A counter an endpoint declares for itself (e.g. mcp_ai_anomalies), once per registry.
+        Through here, not prometheus_client directly: the multiprocess mode is fixed when
+        prometheus_client is first imported, which must happen after the CLI set its directory."""
+        found = self.registry._names_to_collectors.get(name)
+        return found if found is not None else Counter(name, help, labels, registry=self.registry)
+
     def auth_failed(self, endpoint: str, reason: str, client: str) -> None:
         self.auth_failures.labels(endpoint, reason).inc()
         if client not in self._clients and len(self._clients) >= MAX_CLIENT_LABELS:

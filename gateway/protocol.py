@@ -65,6 +65,7 @@ class Envelope(NamedTuple):  # a tuple: built once per request, cheaper than a f
     header_version: str | None  # MCP-Protocol-Version, if sent
     headers: Mapping[bytes, bytes]  # as the ASGI scope has them: names lowercased, not decoded
     client: str
+    token_fp: str = ""  # gateway.auth.token_fingerprint of the accepted bearer token
 
 
 def _b64_header(value: str | None) -> str | None:
@@ -129,9 +130,12 @@ class Dispatcher:
         elif method_label == "tools/call" and answer is not None:
             result = answer["result"]
             tool = env.endpoint.handler.find_tool(message["params"]["name"]).name  # it ran: the name resolves
-            tool_outcome = result["structuredContent"]["error"]["code"] if result["isError"] else "ok"
+            content = result["structuredContent"]
+            tool_outcome = content["error"]["code"] if result["isError"] else "ok"
             metrics.tool_call(endpoint, tool, tool_outcome, version, seconds)
             services.stats.record(endpoint, tool, seconds, ok=tool_outcome == "ok")
+            if services.evidence is not None:
+                services.evidence.call(endpoint, tool, outcome=tool_outcome, truncated=content.get("truncated") is True)
             return answer
         else:
             outcome = "ok"
@@ -272,7 +276,7 @@ class Dispatcher:
             raise ProtocolError(INVALID_PARAMS, "arguments must be an object")
         if env.endpoint.down_reason:
             return error_result(Unavailable(f"/mcp/{env.endpoint.name} is unavailable: {env.endpoint.down_reason}"))
-        ctx = handler.context(spec, self.services.runtime, protocol_version=version, client=env.client)
+        ctx = handler.context(spec, self.services.runtime, protocol_version=version, client=env.client, token_fp=env.token_fp)
         return await handler.execute_tool(spec, arguments, ctx)
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from backends.pools import TargetPools
     from backends.sql import ReadOnlySql
+    from gateway.evidence import EvidenceRecorder
     from gateway.metrics import Metrics
     from gateway.tool_counters import ToolCounters
 
@@ -84,6 +85,7 @@ class Services:
     handlers: dict[str, EndpointState] = field(default_factory=dict)  # every endpoint, by name
     targets: TargetPools | None = None  # the database targets' pools (backends.pools)
     sql: ReadOnlySql | None = None  # the one read-only SQL path (backends.sql)
+    evidence: EvidenceRecorder | None = None  # what the gateway saw, for /mcp/ai (gateway.evidence)
     rag_index: SearchIndex | None = None
     rag_embedder: Embedder | None = None
     rag_jobs: SyncJobs | None = None

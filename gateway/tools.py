@@ -242,7 +242,9 @@ class ToolHandler:
         return spec.describe(style=style) if spec else None
 
     # -- execution -------------------------------------------------------------------------
-    def context(self, spec: ToolSpec, runtime: Runtime, *, protocol_version: str = "", client: str = "") -> CallContext:
+    def context(
+        self, spec: ToolSpec, runtime: Runtime, *, protocol_version: str = "", client: str = "", token_fp: str = ""
+    ) -> CallContext:
         """The context of one call, with its deadline: the one place a deadline is set."""
         variables = runtime.variables
         timeout_ms = variables["mcp-timeout_ms"]
@@ -255,6 +257,7 @@ class ToolHandler:
             deadline=time.monotonic() + timeout_ms / 1000,
             protocol_version=protocol_version,
             client=client,
+            token_fp=token_fp,
         )
 
     async def execute_tool(self, spec: ToolSpec, arguments: dict[str, Any], ctx: CallContext) -> dict[str, Any]:

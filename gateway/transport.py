@@ -88,8 +88,11 @@ class McpTransport:
         headers: dict[bytes, bytes] = dict(scope["headers"])
         client = scope["client"][0] if scope.get("client") else "unknown"
         request_bytes = -1
-        reply = self._refusal(scope, endpoint, headers, client)
-        if reply is None:
+        checked = self._refusal(scope, endpoint, headers, client)
+        if isinstance(checked, Reply):
+            reply = checked
+        else:
+            token_fp = checked
             limit: int = self.services.runtime.variables["mcp-max_request_bytes"]
             try:
                 body = await _read_body(receive, headers.get(b"content-length"), limit)
@@ -103,12 +106,13 @@ class McpTransport:
                 request_bytes = len(body)
                 version = headers.get(b"mcp-protocol-version")
                 version_text = None if version is None else version.decode("latin-1")
-                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client))
+                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client, token_fp))
         self.metrics.exchange(name, reply.status, request_bytes, len(reply.body) if reply.answer else -1)
         await reply.send(send)
 
-    def _refusal(self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str) -> Reply | None:
-        """Everything decided before the body is read: Origin, method, token, switch, content type."""
+    def _refusal(self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str) -> Reply | str:
+        """Everything decided before the body is read: Origin, method, token, switch, content type.
+        The refusal, or (the request may go on) the accepted token's fingerprint."""
         runtime = self.services.runtime
         variables = runtime.variables  # Runtime.var, minus a call per lookup
         origin_bytes = headers.get(b"origin")
@@ -139,11 +143,13 @@ class McpTransport:
         if variables["mcp-allow_query_token"]:
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         authorization = headers.get(b"authorization")
-        failure = auth.check_endpoint(
+        failure, token_fp = auth.authenticate(
             endpoint.name, None if authorization is None else authorization.decode("latin-1"), query, runtime
         )
         if failure is not None:
             self.metrics.auth_failed(endpoint.name, failure, client)
+            if self.services.evidence is not None:
+                self.services.evidence.event("auth_failure", endpoint=endpoint.name, client=client)
             message = (
                 "this endpoint has no token configured and refuses every call"
                 if failure == "no_token_configured"
@@ -161,7 +167,7 @@ class McpTransport:
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if content_type != b"application/json":
             return _rpc_error(415, INVALID_REQUEST, "Content-Type must be application/json", "INVALID_ARGUMENT")
-        return None
+        return token_fp
 
     async def _answer(self, body: bytes, env: Envelope) -> Reply:
         """Parse the body and dispatch its message (or batch)."""

@@ -131,6 +131,14 @@ CORE_VARIABLES: tuple[Variable, ...] = (
         restart_required=True,
     ),
     _v("mcp-stats_show_queries_max_rows", "int", 200, "Most rows show_queries returns.", minimum=1, maximum=10000),
+    _v(
+        "mcp-evidence_retention_s",
+        "int",
+        86_400,
+        "Seconds of traffic evidence (calls, digest timings, refusals, auth failures) kept for /mcp/ai's anomaly detection and recommendations.",
+        minimum=600,
+        maximum=30 * 86_400,
+    ),
 )
 
 

@@ -1,6 +1,7 @@
 """The layers of ARCHITECTURE.md, checked over the source tree with `ast`.
 
 - gateway/ and backends/ never import handlers, except the app assembly (gateway/assembly.py);
+- gateway/ uses backends/ only where the app builds them (assembly) and names their types (services);
 - a handler package imports only itself, backends and gateway, never another handler;
 - no import cycle between modules of gateway/, backends/ and handlers/.
 
@@ -19,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gateway", "backends", "handlers")
 ASSEMBLY = "gateway.assembly"
+GATEWAY_USING_BACKENDS = (ASSEMBLY, "gateway.services")  # builds them; names their types
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -72,6 +74,10 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
             target_top = target.split(".")[0]
             if top in ("gateway", "backends") and target_top == "handlers" and module != ASSEMBLY:
                 problems.append(f"{module} imports {target}: only {ASSEMBLY} may import handlers")
+            if top == "gateway" and target_top == "backends" and module not in GATEWAY_USING_BACKENDS:
+                problems.append(f"{module} imports {target}: gateway/ uses backends only in {', '.join(GATEWAY_USING_BACKENDS)}")
+            if top == "backends" and target_top == "gateway" and target in GATEWAY_USING_BACKENDS:
+                problems.append(f"{module} imports {target}: backends/ is below the app assembly and the services")
             if top == "handlers" and target_top == "handlers":
                 own, other = module.split(".")[:2], target.split(".")[:2]
                 if module != "handlers" and len(other) > 1 and own != other:
@@ -145,6 +151,7 @@ def _tree_with(tmp_path: Path, module: str, line: str) -> Path:
         ("gateway.protocol", "from handlers.query import QueryHandler", "only gateway.assembly may import handlers"),
         ("backends.sql", "import handlers.rag.index", "only gateway.assembly may import handlers"),
         ("handlers.rag.fetch", "from handlers.query.discovery import DiscoveryTools", "a handler imports no other handler"),
+        ("gateway.protocol", "from backends.pools import TargetPools", "gateway/ uses backends only in"),
     ],
 )
 def test_a_bad_import_is_caught(tmp_path: Path, module: str, line: str, expected: str) -> None:

@@ -9,12 +9,12 @@ same path. `SqlTools` is a mixin of QueryHandler.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import Field
 from sqlglot import exp
 
+from backends.execute import plan_of
 from backends.readonly import dialect_of, parse_fragment, table_ref
 from backends.sql import ReadOnlySql
 from backends.targets import Target
@@ -231,19 +231,3 @@ class SqlTools(ToolHandler):
                 timeout_ms=None,
             )
         )
-
-
-def plan_of(protocol: str, out: dict[str, Any]) -> Any:
-    rows = out["rows"]
-    if not rows:
-        return None
-    if protocol == "sqlite":
-        names = [c["name"] for c in out["columns"]]
-        return [dict(zip(names, row)) for row in rows]
-    value = rows[0][0]
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
