@@ -157,6 +157,7 @@ class ProfileTools(ToolHandler):
             columns=columns,
             rows_estimate=known["rows_estimate"] if kind == "table" else None,
             integer_key=integer_key(target.protocol, constraints, columns, has_rowid) if kind == "table" else None,
+            is_table=kind in ("table", "materialized_view"),
             unique_columns=frozenset(
                 k[0]
                 for k in [

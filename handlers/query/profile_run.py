@@ -60,6 +60,7 @@ class TableShape:
     rows_estimate: int | None
     integer_key: str | None  # a single-column integer primary key, or SQLite's rowid
     unique_columns: frozenset[str] = frozenset()  # single-column primary or unique keys: distinct = non-null
+    is_table: bool = True  # views cannot be TABLESAMPLEd
 
 
 @dataclass
@@ -109,7 +110,7 @@ class Profiler:
         s = self.shape
         if self.rows <= sample_rows:
             self.sample = q.full_table(s.schema, s.table, s.protocol)
-        elif s.protocol == "pgsql":
+        elif s.protocol == "pgsql" and s.is_table:
             self.sample = q.bernoulli(s.schema, s.table, self.rows, sample_rows)
         elif s.integer_key:
             low, high = self._query(q.key_range_sql(s.schema, s.table, s.protocol, s.integer_key))[0]
@@ -120,7 +121,9 @@ class Profiler:
 
         else:
             self.sample = q.first_rows(s.schema, s.table, s.protocol, sample_rows)
-            self.notes.append("no integer key to spread the sample over: it is the first rows the engine returns")
+            self.notes.append(
+                "no integer key to spread the sample over (or a view): the sample is the first rows the engine returns"
+            )
         return self.sample
 
     # -- statements over the sample ----------------------------------------------------------

@@ -195,3 +195,20 @@ def test_distinct_estimates_on_unique_and_clustered_columns() -> None:
     windows = [k // 50_000 for k in keys]
     estimate = estimate_distinct(sampled=True, n=len(values), total_non_null=rows, **_sample_shape(values, windows))
     assert abs(estimate - rows // 10) / (rows // 10) < 0.05, estimate
+
+
+def test_a_big_view_is_sampled_from_its_first_rows(env: dict) -> None:
+    import psycopg
+
+    s = env["shop"]["pg"]
+    with psycopg.connect(host="127.0.0.1", port=5432, user="postgres", dbname=s["database"], autocommit=True) as conn:
+        conn.execute(f'CREATE VIEW "{s["fk"]}".items_view AS SELECT * FROM "{s["fk"]}".order_items')
+    out = ok(env["handler"], "table_profile", table="items_view", sample_rows=100, **where(env, "pg"))
+    assert (out["type"], out["row_count"], out["sampled"], out["sample_method"], out["sample_rows"]) == (
+        "view",
+        300,
+        True,
+        "first_rows",
+        100,
+    )
+    assert not out["truncated"] and by_name(out)["quantity"]["distinct_estimate"] == 5
