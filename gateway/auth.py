@@ -7,10 +7,8 @@ which one nearly matched. `?token=` is honoured only when `mcp-allow_query_token
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Mapping
-from functools import lru_cache
 
 from gateway.runtime import Runtime
 
@@ -36,16 +34,11 @@ def presented_token(authorization: str | None, query: Mapping[str, str], *, allo
     return None, "missing"
 
 
-@lru_cache(maxsize=256)  # only accepted tokens reach it: a handful, so the hash is computed once each
-def token_fingerprint(token: str) -> str:
-    """A short, stable name for a bearer token that reveals nothing of it: the first 12 hex
-    characters of its SHA-256. Evidence, anomalies and logs name tokens by this."""
-    return hashlib.sha256(token.encode()).hexdigest()[:12]
-
-
-def authenticate(endpoint: str, authorization: str | None, query: Mapping[str, str], runtime: Runtime) -> tuple[str | None, str]:
-    """(failure reason or None, the accepted token's fingerprint or ""). The reason is a metric
-    label; `authorization` is the Authorization header's value, if sent."""
+def check_endpoint(
+    endpoint: str, authorization: str | None, query: Mapping[str, str], runtime: Runtime
+) -> tuple[str | None, str]:
+    """(None, the token presented) when the caller may use the endpoint, else (the failure
+    reason, a metric label, ""). `authorization` is the Authorization header's value, if sent."""
     variables = runtime.variables  # Runtime.var, minus a call per lookup: this runs on every request
     accepted: tuple[str, ...] = variables[f"mcp-{endpoint}_endpoint_auth"]
     if not accepted:
@@ -53,14 +46,7 @@ def authenticate(endpoint: str, authorization: str | None, query: Mapping[str, s
     token, how = presented_token(authorization, query, allow_query=variables["mcp-allow_query_token"])
     if token is None:
         return how, ""
-    if not token_matches(token, accepted):
-        return "invalid_token", ""
-    return None, token_fingerprint(token)
-
-
-def check_endpoint(endpoint: str, authorization: str | None, query: Mapping[str, str], runtime: Runtime) -> str | None:
-    """None when the caller may use the endpoint, else the failure reason (a metric label)."""
-    return authenticate(endpoint, authorization, query, runtime)[0]
+    return (None, token) if token_matches(token, accepted) else ("invalid_token", "")
 
 
 def check_metrics(authorization: str | None, runtime: Runtime) -> bool:

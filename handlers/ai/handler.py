@@ -110,7 +110,7 @@ class AiHandler(LlmTools, InsightTools):
                 f"{ctx.tool_name} needs a chat model and {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: {SETUP_HINT}",
                 details={"missing_variables": missing},
             )
-        self.limiter.admit(ctx.token_fp, runtime.var("ai-calls_per_minute"))
+        self.limiter.admit(ctx.token_fingerprint, runtime.var("ai-calls_per_minute"))
         key = (name, api_base, model, runtime.var("ai-api_key"), runtime.var("ai-timeout_ms"), runtime.var("ai-max_retries"))
         with self._provider_lock:
             if self._provider is None or self._provider[0] != key:

@@ -58,7 +58,7 @@ class DetectOut(ToolOutput):
 
 
 class ListIn(ToolInput):
-    since: float | None = Field(default=None, ge=0, description="Unix seconds; omitted: all kept anomalies.")
+    since: float | None = Field(default=None, ge=0, le=1e11, description="Unix seconds; omitted: all kept anomalies.")
     kind: str | None = Field(default=None, max_length=64)
     limit: int = Field(default=100, ge=1, le=1000)
 

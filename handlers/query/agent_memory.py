@@ -28,9 +28,12 @@ PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_PAYLOAD_BYTES = 65_536
 
 
+INT64_MAX = 2**63 - 1  # ids are SQLite integers: anything larger is refused as INVALID_ARGUMENT
+
+
 class RunStartIn(ToolInput):
     target_id: str = Field(min_length=1, max_length=64)
-    run_id: int = Field(ge=1, description="The discovery run (discovery.run_static) this agent works from.")
+    run_id: int = Field(ge=1, le=INT64_MAX, description="The discovery run (discovery.run_static) this agent works from.")
     model: str = Field("", max_length=256)
     notes: str = Field("", max_length=4000)
 
@@ -43,13 +46,13 @@ class AgentRunOut(ToolOutput):
 
 
 class RunFinishIn(ToolInput):
-    agent_run_id: int = Field(ge=1)
+    agent_run_id: int = Field(ge=1, le=INT64_MAX)
     status: Literal["ok", "failed", "cancelled"]
     error: str = Field("", max_length=4000)
 
 
 class EventIn(ToolInput):
-    agent_run_id: int = Field(ge=1)
+    agent_run_id: int = Field(ge=1, le=INT64_MAX)
     event_type: str = Field(min_length=1, max_length=64, description="e.g. tool_call, observation, decision.")
     payload: Any = Field(None, description=f"Any JSON, at most {MAX_PAYLOAD_BYTES} bytes.")
 
@@ -60,9 +63,9 @@ class IdOut(ToolOutput):
 
 
 class SummaryIn(ToolInput):
-    agent_run_id: int = Field(ge=1)
-    run_id: int = Field(ge=1)
-    object_id: int = Field(ge=1, description="A catalog object (catalog.get / catalog.search give ids).")
+    agent_run_id: int = Field(ge=1, le=INT64_MAX)
+    run_id: int = Field(ge=1, le=INT64_MAX)
+    object_id: int = Field(ge=1, le=INT64_MAX, description="A catalog object (catalog.get / catalog.search give ids).")
     summary: str = Field(min_length=1, max_length=8000)
     confidence: float | None = Field(None, ge=0, le=1)
     status: Literal["draft", "reviewed", "final"] = "draft"
@@ -73,9 +76,9 @@ class SummaryIn(ToolInput):
 
 class SummaryGetIn(ToolInput):
     target_id: str = Field(min_length=1, max_length=64)
-    object_id: int | None = Field(None, ge=1)
+    object_id: int | None = Field(None, ge=1, le=INT64_MAX)
     name: str | None = Field(None, max_length=800, description="schema.table[.column]: every run's summaries of that object.")
-    run_id: int | None = Field(None, ge=1)
+    run_id: int | None = Field(None, ge=1, le=INT64_MAX)
 
 
 class SummariesOut(ToolOutput):
@@ -83,7 +86,7 @@ class SummariesOut(ToolOutput):
 
 
 class RelationshipIn(ToolInput):
-    agent_run_id: int = Field(ge=1)
+    agent_run_id: int = Field(ge=1, le=INT64_MAX)
     from_schema: str | None = Field(None, max_length=256, description="Default: the target's default schema.")
     from_table: str = NAME
     from_columns: list[str] = Field(min_length=1, max_length=16)
@@ -95,7 +98,7 @@ class RelationshipIn(ToolInput):
 
 
 class DomainIn(ToolInput):
-    agent_run_id: int = Field(ge=1)
+    agent_run_id: int = Field(ge=1, le=INT64_MAX)
     name: str = NAME
     description: str = Field("", max_length=4000)
     confidence: float | None = Field(None, ge=0, le=1)
@@ -108,13 +111,13 @@ class Member(BaseModel):
 
 
 class DomainMembersIn(ToolInput):
-    agent_run_id: int = Field(ge=1)
-    domain_id: int = Field(ge=1)
+    agent_run_id: int = Field(ge=1, le=INT64_MAX)
+    domain_id: int = Field(ge=1, le=INT64_MAX)
     members: list[Member] = Field(max_length=500)
 
 
 class MetricIn(ToolInput):
-    agent_run_id: int = Field(ge=1)
+    agent_run_id: int = Field(ge=1, le=INT64_MAX)
     name: str = NAME
     description: str = Field("", max_length=4000)
     sql: str = Field(
@@ -124,7 +127,7 @@ class MetricIn(ToolInput):
 
 
 class TemplateIn(ToolInput):
-    agent_run_id: int = Field(ge=1)
+    agent_run_id: int = Field(ge=1, le=INT64_MAX)
     question: str = Field(min_length=1, max_length=2000)
     sql_template: str = Field(min_length=1, max_length=16_384, description="Read-only SQL with {name} placeholders for values.")
     parameters: list[str] = Field(default_factory=list, max_length=32)
@@ -132,9 +135,9 @@ class TemplateIn(ToolInput):
 
 class NoteIn(ToolInput):
     target_id: str = Field(min_length=1, max_length=64)
-    run_id: int = Field(ge=1)
-    agent_run_id: int | None = Field(None, ge=1)
-    object_id: int | None = Field(None, ge=1)
+    run_id: int = Field(ge=1, le=INT64_MAX)
+    agent_run_id: int | None = Field(None, ge=1, le=INT64_MAX)
+    object_id: int | None = Field(None, ge=1, le=INT64_MAX)
     title: str = Field("", max_length=256)
     body: str = Field(min_length=1, max_length=8000)
     tags: list[str] = Field(default_factory=list, max_length=32)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 from typing import ClassVar
 
 from gateway.store import ConfigStore
@@ -44,9 +43,7 @@ class QueryHandler(SqlTools, DiscoveryTools, ProfileTools, JoinTools, CatalogToo
         await super().close()
 
     @classmethod
-    def add_cli(
-        cls, commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
-    ) -> None:
+    def add_cli(cls, commands: argparse._SubParsersAction, *, open_store: Callable[[str | None], ConfigStore]) -> None:
         from handlers.query.catalog.commands import add_query_commands
 
-        add_query_commands(commands, open_store=open_store, default_data_dir=default_data_dir)
+        add_query_commands(commands, open_store=open_store)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import auth
 from gateway.errors import LimitExceeded
+from gateway.tokens import fingerprint
 from handlers.ai import handler
 from handlers.ai.handler import RateLimiter
 
@@ -28,6 +28,6 @@ def test_sliding_minute_per_token(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_token_fingerprint_is_short_stable_and_reveals_nothing() -> None:
     token = "tok-query-0123456789abcdef"
-    fp = auth.token_fingerprint(token)
-    assert fp == auth.token_fingerprint(token) and len(fp) == 12 and int(fp, 16) >= 0
-    assert fp not in token and auth.token_fingerprint(token + "x") != fp
+    fp = fingerprint(token)
+    assert fp == fingerprint(token) and len(fp) == 12 and int(fp, 16) >= 0
+    assert fp not in token and fingerprint(token + "x") != fp

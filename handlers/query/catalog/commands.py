@@ -14,7 +14,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 from backends.pools import TargetPools
@@ -26,9 +25,7 @@ from handlers.query.catalog.store import CatalogStore
 POLL_S = 0.2
 
 
-def add_query_commands(
-    commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
-) -> None:
+def add_query_commands(commands: argparse._SubParsersAction, *, open_store: Callable[[str | None], ConfigStore]) -> None:
     """`mcp-gateway query ...`: QueryHandler.add_cli."""
     query = commands.add_parser("query", help="query endpoint jobs")
     query_sub = query.add_subparsers(dest="query_command", required=True)
@@ -36,11 +33,15 @@ def add_query_commands(
     discover.add_argument("target", help="target_id of MCP PROFILES")
     discover.add_argument("--schema-filter", default="", help="a schema name or a pattern with * (default: every schema)")
     discover.add_argument("--notes", default="")
-    discover.add_argument("--data-dir", default=default_data_dir)
+    discover.add_argument("--data-dir", help="default: ./mcp-gateway-data if it exists, else the running gateway's")
     discover.add_argument("--quiet", action="store_true")
 
     def command(args: argparse.Namespace) -> int:
-        store = open_store(Path(args.data_dir).resolve())
+        try:
+            store = open_store(args.data_dir)  # an existing one: `query discover` never creates a data directory
+        except GatewayError as exc:
+            print(f"mcp-gateway query discover: {exc.code}: {exc.message}", file=sys.stderr)
+            return 2
         store.initialize()
         return run_discover(store, args.target, args.schema_filter, args.notes, progress=not args.quiet)
 

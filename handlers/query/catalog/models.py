@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 
 from gateway.tools import ToolInput, ToolOutput
 
+INT64_MAX = 2**63 - 1  # ids are SQLite integers: anything larger is refused as INVALID_ARGUMENT
+
 
 class RunStaticIn(ToolInput):
     target_id: str | None = Field(None, max_length=64)
@@ -37,7 +39,9 @@ class RunStatus(BaseModel):
 
 
 class RunStatusIn(ToolInput):
-    run_id: int | None = Field(None, ge=1, description="One run; omitted: the most recent runs (of target_id, if given).")
+    run_id: int | None = Field(
+        None, ge=1, le=INT64_MAX, description="One run; omitted: the most recent runs (of target_id, if given)."
+    )
     target_id: str | None = Field(None, max_length=64)
     limit: int = Field(10, ge=1, le=100)
 
@@ -66,11 +70,11 @@ class CatalogObject(BaseModel):
 
 
 class GetIn(ToolInput):
-    object_id: int | None = Field(None, ge=1)
+    object_id: int | None = Field(None, ge=1, le=INT64_MAX)
     target_id: str | None = Field(None, max_length=64)
     schema_: str | None = Field(None, alias="schema", max_length=256)
     name: str | None = Field(None, max_length=520, description="table, or table.column, within schema.")
-    run_id: int | None = Field(None, ge=0, description="Default: the newest run that has the object.")
+    run_id: int | None = Field(None, ge=0, le=INT64_MAX, description="Default: the newest run that has the object.")
 
 
 class GetOut(ToolOutput):
@@ -82,7 +86,7 @@ class GetOut(ToolOutput):
 
 class ListIn(ToolInput):
     target_id: str = Field(min_length=1, max_length=64)
-    run_id: int | None = Field(None, ge=0, description="Default: the target's newest finished run.")
+    run_id: int | None = Field(None, ge=0, le=INT64_MAX, description="Default: the target's newest finished run.")
     object_type: str | None = Field(None, max_length=32)
     schema_name: str | None = Field(None, max_length=256)
     page_token: str | None = Field(None, max_length=4096)
@@ -103,7 +107,7 @@ class ListOut(ToolOutput):
 class SearchIn(ToolInput):
     query: str = Field(min_length=1, max_length=512, description="Words to find in names, comments, notes and tags.")
     target_id: str | None = Field(None, max_length=64)
-    run_id: int | None = Field(None, ge=0)
+    run_id: int | None = Field(None, ge=0, le=INT64_MAX)
     object_type: str | None = Field(None, max_length=32)
     schema_name: str | None = Field(None, max_length=256)
     limit: int = Field(20, ge=1, le=200)
@@ -114,9 +118,11 @@ class SearchOut(ToolOutput):
 
 
 class ObjectIn(BaseModel):
-    object_id: int | None = Field(None, ge=1, description="Update this object; else identify it by the fields below.")
+    object_id: int | None = Field(
+        None, ge=1, le=INT64_MAX, description="Update this object; else identify it by the fields below."
+    )
     target_id: str | None = Field(None, max_length=64)
-    run_id: int = Field(0, ge=0, description="0: outside any discovery run.")
+    run_id: int = Field(0, ge=0, le=INT64_MAX, description="0: outside any discovery run.")
     object_type: str = Field("table", max_length=32)
     schema_name: str = Field("", max_length=256)
     table_name: str = Field("", max_length=256)
@@ -136,7 +142,7 @@ class UpsertOut(ToolOutput):
 
 
 class DeleteIn(ToolInput):
-    object_id: int = Field(ge=1)
+    object_id: int = Field(ge=1, le=INT64_MAX)
 
 
 class CountOut(ToolOutput):
@@ -145,7 +151,9 @@ class CountOut(ToolOutput):
 
 class ClearIn(ToolInput):
     target_id: str = Field(min_length=1, max_length=64)
-    run_id: int | None = Field(None, ge=0, description="Only this run; omitted: every run of the target (agent memory stays).")
+    run_id: int | None = Field(
+        None, ge=0, le=INT64_MAX, description="Only this run; omitted: every run of the target (agent memory stays)."
+    )
 
 
 class RelationshipsIn(ToolInput):
@@ -156,7 +164,7 @@ class RelationshipsIn(ToolInput):
         False, description="Add joins inferred from names, types and keys in the catalog (no data read)."
     )
     min_confidence: float = Field(0.0, ge=0, le=1)
-    run_id: int | None = Field(None, ge=0)
+    run_id: int | None = Field(None, ge=0, le=INT64_MAX)
 
 
 class RelationshipsOut(ToolOutput):
