@@ -430,7 +430,6 @@ CREATE TABLE IF NOT EXISTS ai_anomalies (
     window_end  REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS ai_anomalies_detected ON ai_anomalies(detected_at);
-
 -- @section variable_overrides
 -- config.db only (gateway/store.py): the values the serving process took from its environment
 -- (MCP_GATEWAY_<NAME>) or command line (--port, --host) at its last start, replaced at each start.
@@ -526,4 +525,187 @@ CREATE TABLE IF NOT EXISTS cache_counters (
     counter   TEXT NOT NULL,
     value     INTEGER NOT NULL,
     PRIMARY KEY (target_id, counter)
+);
+
+-- @section catalog
+-- The discovery catalog and the agents' memory (catalog.db in the data directory;
+-- handlers/query/catalog/store.py applies this section). A discovery run (discovery.run_static)
+-- harvests one target's structure into catalog_objects under a new run_id; agents add notes,
+-- summaries, relationships, domains, metrics and question templates per target and run. A new
+-- run never deletes an old run's memory: llm.search and catalog.get reach it by target.
+
+-- One discovery run: a background job whose progress every worker and the CLI can read.
+-- A run whose process died shows state 'running' with a dead pid; readers report it 'interrupted'.
+CREATE TABLE IF NOT EXISTS catalog_runs (
+    run_id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    target_id     TEXT NOT NULL,
+    protocol      TEXT NOT NULL DEFAULT '',
+    schema_filter TEXT NOT NULL DEFAULT '',
+    notes         TEXT NOT NULL DEFAULT '',
+    state         TEXT NOT NULL DEFAULT 'queued',  -- queued|running|ok|failed
+    pid           INTEGER NOT NULL DEFAULT 0,
+    created_at    REAL NOT NULL,
+    started_at    REAL,
+    finished_at   REAL,
+    progress_json TEXT NOT NULL DEFAULT '{}',      -- phase, schemas and tables done/total
+    counts_json   TEXT NOT NULL DEFAULT '{}',      -- schemas, tables, views, columns, foreign_keys, ...
+    error_json    TEXT NOT NULL DEFAULT 'null'
+);
+CREATE INDEX IF NOT EXISTS catalog_runs_target ON catalog_runs (target_id, run_id);
+
+-- Schemas, tables, views and columns. run_id 0 holds objects written by catalog.upsert outside
+-- any run. definition_json: a table's harvested structure (keys, indexes, foreign keys), a
+-- column's type, nullability and default.
+CREATE TABLE IF NOT EXISTS catalog_objects (
+    object_id       INTEGER PRIMARY KEY,
+    target_id       TEXT NOT NULL,
+    run_id          INTEGER NOT NULL DEFAULT 0,
+    object_type     TEXT NOT NULL,               -- schema|table|view|materialized_view|foreign_table|virtual_table|column
+    schema_name     TEXT NOT NULL DEFAULT '',
+    table_name      TEXT NOT NULL DEFAULT '',
+    column_name     TEXT NOT NULL DEFAULT '',
+    comment         TEXT NOT NULL DEFAULT '',
+    notes           TEXT NOT NULL DEFAULT '',
+    tags            TEXT NOT NULL DEFAULT '',    -- space separated
+    rows_estimate   INTEGER,
+    definition_json TEXT NOT NULL DEFAULT '{}',
+    source          TEXT NOT NULL DEFAULT 'harvest',  -- harvest | upsert
+    updated_at      REAL NOT NULL,
+    UNIQUE (target_id, run_id, object_type, schema_name, table_name, column_name)
+);
+CREATE INDEX IF NOT EXISTS catalog_objects_table ON catalog_objects (target_id, schema_name, table_name);
+
+-- Names (each identifier whole, customer_id, and in its words, customer id), comments, notes and tags, bm25-ranked.
+CREATE VIRTUAL TABLE IF NOT EXISTS catalog_fts USING fts5 (
+    name, comment, notes, tags,
+    content = '',
+    contentless_delete = 1,
+    tokenize = 'porter unicode61 remove_diacritics 2 tokenchars ''_'''
+);
+CREATE TRIGGER IF NOT EXISTS catalog_objects_fts_insert AFTER INSERT ON catalog_objects BEGIN
+    INSERT INTO catalog_fts (rowid, name, comment, notes, tags)
+    VALUES (new.object_id, trim(new.schema_name || ' ' || new.table_name || ' ' || new.column_name || ' ' || replace(new.table_name || ' ' || new.column_name, '_', ' ')), new.comment, new.notes, new.tags);
+END;
+CREATE TRIGGER IF NOT EXISTS catalog_objects_fts_delete AFTER DELETE ON catalog_objects BEGIN
+    DELETE FROM catalog_fts WHERE rowid = old.object_id;
+END;
+CREATE TRIGGER IF NOT EXISTS catalog_objects_fts_update AFTER UPDATE OF comment, notes, tags ON catalog_objects BEGIN
+    DELETE FROM catalog_fts WHERE rowid = old.object_id;
+    INSERT INTO catalog_fts (rowid, name, comment, notes, tags)
+    VALUES (new.object_id, trim(new.schema_name || ' ' || new.table_name || ' ' || new.column_name || ' ' || replace(new.table_name || ' ' || new.column_name, '_', ' ')), new.comment, new.notes, new.tags);
+END;
+
+-- Declared foreign keys and view dependencies (harvested, per run) and relationships agents
+-- recorded (kind 'agent', from llm.relationship_upsert). Columns are JSON lists.
+CREATE TABLE IF NOT EXISTS catalog_relationships (
+    relationship_id INTEGER PRIMARY KEY,
+    target_id     TEXT NOT NULL,
+    run_id        INTEGER NOT NULL DEFAULT 0,
+    agent_run_id  INTEGER,
+    kind          TEXT NOT NULL,                 -- declared_fk | view_dependency | agent
+    from_schema   TEXT NOT NULL,
+    from_table    TEXT NOT NULL,
+    from_columns  TEXT NOT NULL DEFAULT '[]',
+    to_schema     TEXT NOT NULL,
+    to_table      TEXT NOT NULL,
+    to_columns    TEXT NOT NULL DEFAULT '[]',
+    confidence    REAL NOT NULL DEFAULT 1.0,
+    evidence_json TEXT NOT NULL DEFAULT '{}',
+    name          TEXT NOT NULL DEFAULT '',
+    updated_at    REAL NOT NULL,
+    UNIQUE (target_id, run_id, kind, from_schema, from_table, from_columns, to_schema, to_table, to_columns)
+);
+CREATE INDEX IF NOT EXISTS catalog_relationships_from ON catalog_relationships (target_id, from_schema, from_table);
+CREATE INDEX IF NOT EXISTS catalog_relationships_to ON catalog_relationships (target_id, to_schema, to_table);
+
+-- Agent memory (agent.* and llm.* tools): a run of an agent's own discovery, its events, and
+-- what it concluded. Unknown ids are refused by the tools, not by constraints.
+CREATE TABLE IF NOT EXISTS agent_runs (
+    agent_run_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    target_id    TEXT NOT NULL,
+    run_id       INTEGER NOT NULL,
+    model        TEXT NOT NULL DEFAULT '',
+    notes        TEXT NOT NULL DEFAULT '',
+    status       TEXT NOT NULL DEFAULT 'running',  -- running|ok|failed|cancelled
+    error        TEXT NOT NULL DEFAULT '',
+    started_at   REAL NOT NULL,
+    finished_at  REAL
+);
+CREATE TABLE IF NOT EXISTS agent_events (
+    event_id     INTEGER PRIMARY KEY,
+    agent_run_id INTEGER NOT NULL REFERENCES agent_runs (agent_run_id) ON DELETE CASCADE,
+    event_type   TEXT NOT NULL,
+    payload_json TEXT NOT NULL DEFAULT '{}',
+    created_at   REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agent_events_run ON agent_events (agent_run_id, event_id);
+CREATE TABLE IF NOT EXISTS llm_summaries (
+    summary_id   INTEGER PRIMARY KEY,
+    target_id    TEXT NOT NULL,
+    run_id       INTEGER NOT NULL,
+    agent_run_id INTEGER NOT NULL,
+    object_id    INTEGER NOT NULL,
+    object_name  TEXT NOT NULL,                  -- schema.table[.column] of the object, stable across runs
+    summary      TEXT NOT NULL,
+    confidence   REAL,
+    status       TEXT NOT NULL DEFAULT 'draft',  -- draft|reviewed|final
+    sources_json TEXT NOT NULL DEFAULT '[]',
+    updated_at   REAL NOT NULL,
+    UNIQUE (target_id, run_id, object_id)
+);
+CREATE TABLE IF NOT EXISTS llm_domains (
+    domain_id    INTEGER PRIMARY KEY,
+    target_id    TEXT NOT NULL,
+    run_id       INTEGER NOT NULL,
+    agent_run_id INTEGER NOT NULL,
+    name         TEXT NOT NULL,
+    description  TEXT NOT NULL DEFAULT '',
+    confidence   REAL,
+    updated_at   REAL NOT NULL,
+    UNIQUE (target_id, name)
+);
+CREATE TABLE IF NOT EXISTS llm_domain_members (
+    domain_id   INTEGER NOT NULL REFERENCES llm_domains (domain_id) ON DELETE CASCADE,
+    schema_name TEXT NOT NULL,
+    table_name  TEXT NOT NULL,
+    role        TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (domain_id, schema_name, table_name)
+);
+CREATE TABLE IF NOT EXISTS llm_metrics (
+    metric_id    INTEGER PRIMARY KEY,
+    target_id    TEXT NOT NULL,
+    run_id       INTEGER NOT NULL,
+    agent_run_id INTEGER NOT NULL,
+    name         TEXT NOT NULL,
+    description  TEXT NOT NULL DEFAULT '',
+    sql          TEXT NOT NULL,                  -- passed the read-only check when stored
+    unit         TEXT NOT NULL DEFAULT '',
+    updated_at   REAL NOT NULL,
+    UNIQUE (target_id, name)
+);
+CREATE TABLE IF NOT EXISTS llm_question_templates (
+    template_id     INTEGER PRIMARY KEY,
+    target_id       TEXT NOT NULL,
+    run_id          INTEGER NOT NULL,
+    agent_run_id    INTEGER NOT NULL,
+    question        TEXT NOT NULL,
+    sql_template    TEXT NOT NULL,               -- {name} placeholders; checked read-only when stored
+    parameters_json TEXT NOT NULL DEFAULT '[]',
+    created_at      REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS llm_notes (
+    note_id      INTEGER PRIMARY KEY,
+    target_id    TEXT NOT NULL,
+    run_id       INTEGER NOT NULL,
+    agent_run_id INTEGER,
+    object_id    INTEGER,
+    title        TEXT NOT NULL DEFAULT '',
+    body         TEXT NOT NULL,
+    tags         TEXT NOT NULL DEFAULT '',
+    created_at   REAL NOT NULL
+);
+-- Everything above that an agent wrote, searchable by llm.search; kept in step by the store.
+CREATE VIRTUAL TABLE IF NOT EXISTS llm_fts USING fts5 (
+    kind UNINDEXED, ref_id UNINDEXED, target_id UNINDEXED, title, body,
+    tokenize = 'porter unicode61 remove_diacritics 2'
 );

@@ -157,16 +157,23 @@ def percentile_us(histogram: dict[int, int], fraction: float, *, min_us: int, ma
     return max_us
 
 
-def query_digest_stats(store: Any, *, sort_by: str = "count", limit: int = 100, min_count: int = 1) -> list[dict[str, Any]]:
-    """Rows of stats_mcp_query_digest with averages and p50/p90/p95/p99 (all times in microseconds)."""
+def query_digest_stats(
+    store: Any, *, sort_by: str = "count", limit: int = 100, min_count: int = 1, reset: bool = False
+) -> list[dict[str, Any]]:
+    """Rows of stats_mcp_query_digest with averages and p50/p90/p95/p99 (all times in microseconds).
+    reset=True zeroes the table in the same transaction as the read (every digest, as ProxySQL's
+    stats_mcp_query_digest_reset does; rows past `limit` are dropped unread)."""
     order = SORT_COLUMNS.get(sort_by)
     if order is None:
         raise InvalidArgument(f"sort_by must be one of {', '.join(SORT_COLUMNS)}, got {sort_by!r}")
-    rows = sqlite.rows(
-        store.conn(),
-        f"SELECT * FROM stats_mcp_query_digest WHERE count_star >= ? ORDER BY {order} DESC, digest LIMIT ?",
-        (int(min_count), int(limit)),
-    )
+    conn = store.conn()
+    select = f"SELECT * FROM stats_mcp_query_digest WHERE count_star >= ? ORDER BY {order} DESC, digest LIMIT ?"
+    if reset:
+        with sqlite.transaction(conn):
+            rows = sqlite.rows(conn, select, (int(min_count), int(limit)))
+            conn.execute("DELETE FROM stats_mcp_query_digest")
+    else:
+        rows = sqlite.rows(conn, select, (int(min_count), int(limit)))
     result = []
     for row in rows:
         histogram = {int(k): v for k, v in json.loads(row.pop("histogram") or "{}").items()}

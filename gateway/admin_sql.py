@@ -3,6 +3,8 @@
     SET <variable> = <value>                       edit the memory layer
     LOAD|SAVE <MODULE> TO|FROM RUNTIME|DISK|MEMORY the layer verbs (gateway.store)
     SELECT / INSERT / UPDATE / DELETE / REPLACE    one statement, on admin tables only
+    SELECT ... FROM stats_mcp_query_digest_reset   reads the statistics and zeroes them (also
+                                                   stats_mcp_query_rules_reset)
 
 SQL runs on its own connection with an SQLite authorizer: writes reach only the memory
 tables of declared modules, reads only admin, runtime and statistics tables; no ATTACH,
@@ -31,6 +33,8 @@ SET = re.compile(r"^\s*SET\s+([A-Za-z0-9_.\-]+)\s*=\s*(.*?)\s*;?\s*$", re.IGNORE
 SQL_VERBS = ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH")
 DEFAULT_MAX_ROWS = 1000
 MASKED_VARIABLE_TABLES = ("global_variables", "runtime_global_variables")
+# Reading one of these returns its statistics table and zeroes it (ProxySQL's *_reset twins).
+RESET_TABLES = {"stats_mcp_query_digest_reset": "stats_mcp_query_digest", "stats_mcp_query_rules_reset": "stats_mcp_query_rules"}
 
 _VERB_ACTIONS = {
     ("LOAD", "TO", "RUNTIME"): "load_to_runtime",
@@ -221,7 +225,10 @@ class AdminSQL:
 
     def _sql(self, statement: str, *, max_rows: int) -> dict[str, Any]:
         conn = self._connection()
+        resets = [name for name in RESET_TABLES if re.search(rf"\b{name}\b", statement, re.IGNORECASE)]
         try:
+            if resets:
+                self._snapshot_for_reset(conn, resets)
             try:
                 cursor = conn.execute(statement)
                 columns: list[str] = []
@@ -247,6 +254,29 @@ class AdminSQL:
                 raise InvalidArgument(f"SQL error: {exc}") from None  # SQLite's own message about our own tables
             except apsw.ConstraintError as exc:
                 raise InvalidArgument(f"constraint failed: {exc}") from None
-            return {"columns": columns, "rows": rows, "row_count": len(rows), "truncated": truncated, "changes": conn.changes()}
+            changes = conn.changes()
+            cursor.close()
+            if resets:
+                self._zero(conn, resets)
+            return {"columns": columns, "rows": rows, "row_count": len(rows), "truncated": truncated, "changes": changes}
         finally:
+            if resets and conn.in_transaction:
+                conn.authorizer = None
+                conn.execute("ROLLBACK")  # the statement failed: nothing is zeroed
             conn.close()
+
+    def _snapshot_for_reset(self, conn: apsw.Connection, resets: list[str]) -> None:
+        """ProxySQL's read-and-zero tables: inside one transaction, each *_reset name becomes a TEMP
+        copy of its statistics table; the statement reads the copy, then _zero empties the original
+        and commits. A statement that fails rolls back and zeroes nothing."""
+        conn.authorizer = None
+        conn.execute("BEGIN IMMEDIATE")
+        for name in resets:
+            conn.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM main.{RESET_TABLES[name]}")
+        conn.authorizer = self._authorize
+
+    def _zero(self, conn: apsw.Connection, resets: list[str]) -> None:
+        conn.authorizer = None
+        for name in resets:
+            conn.execute(f"DELETE FROM main.{RESET_TABLES[name]}")
+        conn.execute("COMMIT")

@@ -97,11 +97,17 @@ class ShowQueriesIn(ToolInput):
     sort_by: Literal["count", "sum_time", "avg_time", "max_time", "last_seen"] = "sum_time"
     limit: int = Field(default=50, ge=1, le=10000)
     min_count: int = Field(default=1, ge=1, le=INT64_MAX, description="Only statements run at least this many times.")
+    reset: bool = Field(
+        default=False,
+        description="Return the digests and zero them, like ProxySQL's stats_mcp_query_digest_reset (every digest is zeroed, "
+        "also those past limit).",
+    )
 
 
 class ShowQueriesOut(ToolOutput):
     queries: list[dict[str, Any]]
     truncated: bool
+    reset: bool = False
 
 
 class ConnectionsOut(ToolOutput):
@@ -174,14 +180,16 @@ class StatsHandler(ToolHandler):
         ]
         return ToolUsageOut(tools=tools, reset=args.reset)
 
-    @tool("show_queries", title="Query digests", read_only=True)
+    @tool("show_queries", title="Query digests", read_only=False, destructive=False)
     def show_queries(self, args: ShowQueriesIn, ctx: CallContext) -> ShowQueriesOut:
-        """Normalised statements run through /mcp/query with counts, total/min/max time and p50/p90/p95/p99."""
+        """Normalised statements run through /mcp/query with counts, total/min/max time and p50/p90/p95/p99; reset=true zeroes them after reading."""
         if self.services.sql is not None:
             self.services.sql.flush_stats()  # this worker's pending digests first, like show_tool_usage
         limit = min(args.limit, ctx.runtime.var("mcp-stats_show_queries_max_rows"))
-        rows = query_digest_stats(self.services.store, sort_by=args.sort_by, limit=limit + 1, min_count=args.min_count)
-        return ShowQueriesOut(queries=rows[:limit], truncated=len(rows) > limit)
+        rows = query_digest_stats(
+            self.services.store, sort_by=args.sort_by, limit=limit + 1, min_count=args.min_count, reset=args.reset
+        )
+        return ShowQueriesOut(queries=rows[:limit], truncated=len(rows) > limit, reset=args.reset)
 
     @tool("show_connections", title="Backend connections", read_only=True)
     def show_connections(self, args: Empty, ctx: CallContext) -> ConnectionsOut:

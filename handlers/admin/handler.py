@@ -62,7 +62,10 @@ class AdminSqlTool(AdminBase):
 
         Only admin tables are reachable; secret values (tokens, passwords) are masked or read as NULL.
         Writes are audited. Examples: `SELECT * FROM global_variables`, `SET mcp-timeout_ms=5000`,
-        `LOAD MCP VARIABLES TO RUNTIME`, `SAVE MCP VARIABLES TO DISK`."""
+        `LOAD MCP VARIABLES TO RUNTIME`, `SAVE MCP VARIABLES TO DISK`. `SELECT * FROM stats_mcp_query_digest_reset`
+        (or stats_mcp_query_rules_reset) returns the statistics and zeroes them."""
+        if self.services.sql is not None and "_reset" in args.statement.lower():
+            self.services.sql.flush_stats()  # this worker's pending digests and rule hits belong to what is read and zeroed
         reads_only = args.statement.lstrip()[:6].upper() == "SELECT"
         result = self.admin_sql.execute(
             args.statement,

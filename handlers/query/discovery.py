@@ -24,8 +24,10 @@ from backends.dialects import catalog_for
 from backends.driver_errors import DRIVER_ERRORS, is_bad_value, is_timeout
 from backends.pools import TargetPools, connection_broken
 from backends.targets import Target, default_schema
-from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, NotFound, Unavailable
+from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from handlers.query.lookup import require_schema, require_table
+from handlers.query.variables import SUMMARY_THRESHOLD, variable
 
 log = logging.getLogger("mcp_gateway.query")
 
@@ -110,6 +112,11 @@ class ListTablesIn(ToolInput):
     )
     page_token: str | None = Field(None, max_length=4096)
     page_size: int = Field(100, ge=1, le=1000)
+    summarize: bool | None = Field(
+        None,
+        description="null: a summary instead of the list when the schema has more than mcp-query_summary_threshold tables "
+        "(first page, no name_filter); false: always list; true: always summarize.",
+    )
 
 
 class TableInfo(BaseModel):
@@ -125,6 +132,9 @@ class ListTablesOut(ToolOutput):
     tables: list[TableInfo]
     next_page_token: str | None
     truncated: bool
+    summarized: bool = Field(False, description="true: `summary` replaces the list (a big schema); see suggested_calls.")
+    summary: dict[str, Any] | None = Field(None, description="total, per_type counts and the biggest tables by row estimate.")
+    suggested_calls: list[dict[str, Any]] = Field(default_factory=list)
     stats: Stats
 
 
@@ -188,6 +198,41 @@ class GetConstraintsOut(ToolOutput):
 # -- the tools ------------------------------------------------------------------------------
 
 
+SUMMARY_SCAN_TABLES = 100_000  # tables read to summarize one schema
+BIGGEST_TABLES = 20
+
+
+def summarize_tables(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    per_type: dict[str, int] = {}
+    for t in tables:
+        per_type[t["type"]] = per_type.get(t["type"], 0) + 1
+    biggest = sorted((t for t in tables if t["rows_estimate"]), key=lambda t: -t["rows_estimate"])[:BIGGEST_TABLES]
+    return {
+        "total": len(tables),
+        "complete": len(tables) < SUMMARY_SCAN_TABLES,
+        "per_type": per_type,
+        "biggest_tables": [{"name": t["name"], "type": t["type"], "rows_estimate": t["rows_estimate"]} for t in biggest],
+    }
+
+
+def suggested_calls(target_id: str, schema: str, tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What an agent can do next instead of paging through every name."""
+    where = {"target_id": target_id, "schema": schema}
+    prefixes: dict[str, int] = {}
+    for t in tables:
+        head = t["name"].split("_")[0]
+        prefixes[head] = prefixes.get(head, 0) + 1
+    common = [p for p, n in sorted(prefixes.items(), key=lambda kv: -kv[1]) if n > 1][:3]
+    calls: list[dict[str, Any]] = [{"tool": "list_tables", "arguments": {**where, "name_filter": p}} for p in common]
+    calls.append({"tool": "catalog.search", "arguments": {"target_id": target_id, "query": "<words from names or comments>"}})
+    calls.append({"tool": "discovery.run_static", "arguments": {"target_id": target_id, "schema_filter": schema}})
+    if tables:
+        biggest = max(tables, key=lambda t: t["rows_estimate"] or 0)
+        calls.append({"tool": "table_profile", "arguments": {**where, "table": biggest["name"]}})
+    calls.append({"tool": "list_tables", "arguments": {**where, "summarize": False, "page_size": 1000}})
+    return calls
+
+
 class DiscoveryTools(ToolHandler):
     """Mixin of QueryHandler, over the app's target pools (services.targets)."""
 
@@ -222,15 +267,11 @@ class DiscoveryTools(ToolHandler):
 
     @staticmethod
     def _require_schema(catalog: Any, target: Target, schema: str) -> None:
-        if not catalog.schema_exists(schema):
-            raise NotFound(f"schema {schema!r} not found on target {target.target_id}")
+        require_schema(catalog, target.target_id, schema)  # NOT_FOUND names the closest schemas
 
     @staticmethod
     def _require_table(catalog: Any, target: Target, schema: str, table: str) -> str:
-        kind = catalog.table_kind(schema, table)
-        if kind is None:
-            raise NotFound(f"table {schema}.{table} not found on target {target.target_id}")
-        return kind
+        return require_table(catalog, target.target_id, schema, table)  # NOT_FOUND names the closest tables
 
     @tool("list_targets", title="List query targets", read_only=True)
     async def list_targets(self, args: ListTargetsIn, ctx: CallContext) -> ListTargetsOut:
@@ -267,13 +308,25 @@ class DiscoveryTools(ToolHandler):
     def list_tables(self, args: ListTablesIn, ctx: CallContext) -> ListTablesOut:
         """List the tables and views of one schema (default: the target's default schema) in name
         order, with type, comment and the engine's row estimate. name_filter keeps names
-        containing that text (case-insensitive). Paged like list_schemas."""
+        containing that text (case-insensitive). Paged like list_schemas. A schema with more
+        tables than mcp-query_summary_threshold answers the first page with a summary (counts
+        per type, the biggest tables) and suggested next calls instead, summarized=true."""
         started = time.monotonic()
+        threshold = variable(ctx, SUMMARY_THRESHOLD)
         with self.catalog(args.target_id, "list_tables") as (target, catalog):
             schema = default_schema(target, args.schema_)
             scope = ("list_tables", target.target_id, schema, args.name_filter or "")
             after = decode_page_token(args.page_token, *scope)
             self._require_schema(catalog, target, schema)
+            wants_summary = args.summarize or (args.summarize is None and not args.page_token and not args.name_filter)
+            if wants_summary:
+                everything = catalog.tables(schema, "", SUMMARY_SCAN_TABLES, None)
+                if args.summarize or len(everything) > threshold:
+                    return ListTablesOut(
+                        target_id=target.target_id, schema=schema, tables=[], next_page_token=None, truncated=True,
+                        summarized=True, summary=summarize_tables(everything),
+                        suggested_calls=suggested_calls(target.target_id, schema, everything), stats=_ms_since(started),
+                    )  # fmt: skip
             rows = catalog.tables(schema, after, args.page_size + 1, args.name_filter)
         more = len(rows) > args.page_size
         rows = rows[: args.page_size]
