@@ -22,6 +22,12 @@ CREATE TABLE IF NOT EXISTS runtime_state (
     loaded_at REAL NOT NULL
 );
 
+-- With mcp-cluster_dsn: the cluster version of each module this instance serves (gateway/cluster.py).
+CREATE TABLE IF NOT EXISTS cluster_applied (
+    module  TEXT PRIMARY KEY NOT NULL,
+    version INTEGER NOT NULL
+);
+
 -- MCP PROFILES (gateway/targets.py): credentials and routable targets of /mcp/query.
 -- db_password holds the secret itself, or a reference resolved when pools are built:
 -- 'env:NAME' (an environment variable) or 'file:/path' (first line of a file).
@@ -373,3 +379,34 @@ CREATE TABLE IF NOT EXISTS rag_sync_jobs (
     error_json    TEXT NOT NULL DEFAULT 'null'  -- {code, message} when the job failed
 );
 CREATE INDEX IF NOT EXISTS rag_sync_jobs_created ON rag_sync_jobs (created_at);
+
+-- @section cluster_postgres
+-- Configuration shared by a cluster of gateways (gateway/cluster.py), in the PostgreSQL named
+-- by mcp-cluster_dsn. Each instance keeps its memory and runtime layers in its own config.db;
+-- these tables are the cluster's disk layer and the last runtime of every module.
+-- Rows are JSON ({table: [row, ...]}) because they mirror SQLite admin tables whose columns
+-- grow with the gateway version; the store copies them column by column.
+CREATE TABLE IF NOT EXISTS mcp_cluster_runtime (
+    module       TEXT PRIMARY KEY,
+    version      BIGINT NOT NULL,             -- + 1 per LOAD ... TO RUNTIME on any instance
+    memory_rows  JSONB NOT NULL,              -- the memory layer the LOAD validated
+    runtime_rows JSONB NOT NULL,              -- what it built; instances serve exactly these
+    loaded_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    loaded_by    TEXT NOT NULL                -- member_id of the instance that ran the LOAD
+);
+CREATE TABLE IF NOT EXISTS mcp_cluster_disk (
+    module    TEXT PRIMARY KEY,
+    disk_rows JSONB NOT NULL,
+    saved_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    saved_by  TEXT NOT NULL
+);
+-- One row per instance, refreshed every second by each of its workers (get_status reads it).
+CREATE TABLE IF NOT EXISTS mcp_cluster_members (
+    member_id  TEXT PRIMARY KEY,              -- mcp-cluster_member_name, or host:port
+    host       TEXT NOT NULL,
+    port       INTEGER NOT NULL,
+    pid        INTEGER NOT NULL,              -- of the worker that wrote last
+    versions   JSONB NOT NULL DEFAULT '{}',   -- {module: version this instance serves}
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    last_seen  TIMESTAMPTZ NOT NULL DEFAULT now()
+);

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gateway import __version__
-from gateway.errors import NotFound
+from gateway.errors import GatewayError, NotFound
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 
@@ -88,6 +88,11 @@ class StatusOut(ToolOutput):
     requests_total: float
     failures_total: float
     active_requests: float
+    cluster: dict[str, Any] | None = Field(
+        None,
+        description="With mcp-cluster_dsn: this member_id, the published version of each module, every member "
+        "(versions it serves, seconds since it was last seen, modules it is behind on) and the laggards.",
+    )
 
 
 class ConfigHandler(ToolHandler):
@@ -184,7 +189,8 @@ class ConfigHandler(ToolHandler):
 
     @tool("get_status", title="Server status", read_only=True)
     def get_status(self, args: StatusIn, ctx: CallContext) -> StatusOut:
-        """Version, uptime, port, workers, endpoints (token configured? handler up?), request and failure totals across workers."""
+        """Version, uptime, port, workers, endpoints (token configured? handler up?), request and failure totals across workers,
+        and with a cluster its members, their configuration versions and any that lag."""
         services = self.services
         totals = services.metrics.totals()
         endpoints = [
@@ -207,4 +213,14 @@ class ConfigHandler(ToolHandler):
             requests_total=totals["requests_total"],
             failures_total=totals["failures_total"],
             active_requests=totals["inflight"],
+            cluster=self._cluster_status(),
         )
+
+    def _cluster_status(self) -> dict[str, Any] | None:
+        link = self.services.store.cluster
+        if link is None:
+            return None
+        try:
+            return {"reachable": True, **link.status()}
+        except GatewayError as exc:  # the cluster database is down: say so, the rest of the status stands
+            return {"reachable": False, "member_id": link.member_id, "error": exc.message}
