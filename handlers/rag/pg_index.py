@@ -120,6 +120,7 @@ class PgSourceLock:
 class Nearest:
     rows: list[tuple[int, float]]  # the k nearest: (chunk_rowid, exact cosine distance), nearest first
     candidates: list[int]  # every candidate the graph proposed (>= k when as many pass), nearest first
+    matrix: np.ndarray  # their stored float32 vectors, row for row (the caller rescores with them)
     short: bool  # fewer than k came back though the filter may admit more (scan limit reached)
 
 
@@ -428,19 +429,22 @@ class PgRagIndex:
         scan is iterative (relaxed order), so a selective filter still fills k when enough chunks
         pass it; when pgvector's scan limit stops it first, `short` says so."""
         if k <= 0:
-            return Nearest([], [], False)
+            return Nearest([], [], np.zeros((0, self.dim), np.float32), False)
         exact = Vector(np.asarray(query, dtype=np.float32))
         graph = self._wrap_index(np.asarray(query, dtype=np.float32))
         fetch = max(2 * k, RESCORE_MIN)
         # Iterative: past ef_search (at most 1000) the scan goes on until LIMIT rows passed `where`.
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(HNSW_EF_SEARCH_MIN, fetch))),))
-        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+        conn.execute(
+            "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+            (str(min(1000, max(HNSW_EF_SEARCH_MIN, fetch))),),
+        )
         rows = conn.execute(
-            f"SELECT c.chunk_rowid, c.embedding <=> %s AS d FROM rag_chunks c WHERE c.embedding IS NOT NULL AND ({pg_where(where)})"
-            f" ORDER BY {self._hnsw} <=> %s LIMIT %s",
+            f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, c.embedding FROM rag_chunks c"
+            f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s",
             (exact, *params, graph, fetch),
         ).fetchall()
-        pool = sorted(((int(r), float(d)) for r, d in rows), key=lambda item: (item[1], item[0]))
+        vectors = {int(r): v for r, _, v in rows}
+        pool = sorted(((int(r), float(d)) for r, d, _ in rows), key=lambda item: (item[1], item[0]))
         short = False
         if len(pool) < k:
             # Came back short: either the filter admits fewer chunks, or the scan limit stopped it.
@@ -449,7 +453,11 @@ class PgRagIndex:
                 (*params, k),
             ).fetchone()[0]
             short = admitted > len(pool)
-        return Nearest(pool[:k], [rowid for rowid, _ in pool], short)
+        ids = [rowid for rowid, _ in pool]
+        matrix = (
+            np.vstack([vectors[r].to_numpy() for r in ids]).astype(np.float32) if ids else np.zeros((0, self.dim), np.float32)
+        )
+        return Nearest(pool[:k], ids, matrix, short)
 
     def distances(self, conn: psycopg.Connection, query: np.ndarray, rowids: Sequence[int]) -> dict[int, float]:
         if not rowids:

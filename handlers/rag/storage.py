@@ -89,16 +89,17 @@ class SqliteReader:
 class PgReader:
     """One pooled PostgreSQL connection for the call, its statements bounded by the call's deadline."""
 
-    def __init__(self, index: PgRagIndex, conn: psycopg.Connection) -> None:
+    def __init__(self, index: PgRagIndex, conn: psycopg.Connection, *, sources_enabled: bool) -> None:
         self.index, self.conn, self.dim = index, conn, index.dim
         self.fewer_than_k = False
         self._pg, self._fts = pg_index, pg_fts
+        self._sources_enabled = sources_enabled
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
         return iter(self.conn.execute(self._pg.pg_where(sql), tuple(params)).fetchall())
 
     def all_sources_enabled(self) -> bool:
-        return self.conn.execute("SELECT count(*) FROM rag_sources WHERE enabled = 0").fetchone()[0] == 0
+        return self._sources_enabled
 
     def fts_ranked(self, match: fts.MatchQuery, flt: FilterSQL, *, limit: int, offset: int = 0) -> list[tuple[int, float]]:
         return self._fts.fts_ranked(self.conn, match, where=flt.where, params=flt.params, limit=limit, offset=offset)
@@ -116,7 +117,7 @@ class PgReader:
     def vector_candidates(self, unit: np.ndarray, k: int, flt: FilterSQL) -> Candidates:
         found = self.index.nearest(self.conn, unit, k, where=flt.where, params=flt.params)
         self.fewer_than_k |= found.short
-        return Candidates(*self.read_vectors(found.candidates))
+        return Candidates(np.asarray(found.candidates, dtype=np.int64), found.matrix)
 
     def vector_distances(self, query: np.ndarray, rowids: list[int]) -> dict[int, float]:
         return self.index.distances(self.conn, query, rowids)
@@ -126,14 +127,19 @@ class PgReader:
 
 
 @contextlib.contextmanager
-def pg_deadline(conn: psycopg.Connection, deadline: float, timeout_ms: int) -> Iterator[None]:
-    """statement_timeout = what is left of the call: PostgreSQL cancels a statement running past it."""
-    left_ms = max(1, int((deadline - time.monotonic()) * 1000))
-    conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(left_ms),))
-    try:
-        yield
-    except psycopg.errors.QueryCanceled as exc:
-        raise DeadlineExceeded(f"the search ran past rag-timeout_ms ({timeout_ms} ms)") from exc
+def pg_reader(index: PgRagIndex, call: Call) -> Iterator[PgReader]:
+    """One pooled connection; statement_timeout = what is left of the call, so PostgreSQL cancels
+    a statement running past the deadline. The same round trip reads whether a source is disabled."""
+    with index.connection() as conn:
+        left_ms = max(1, int((call.deadline - time.monotonic()) * 1000))
+        enabled = conn.execute(
+            "SELECT set_config('statement_timeout', %s, true), NOT EXISTS (SELECT 1 FROM rag_sources WHERE enabled = 0)",
+            (str(left_ms),),
+        ).fetchone()[1]
+        try:
+            yield PgReader(index, conn, sources_enabled=enabled)
+        except psycopg.errors.QueryCanceled as exc:
+            raise DeadlineExceeded(f"the search ran past rag-timeout_ms ({call.caps.timeout_ms} ms)") from exc
 
 
 @contextlib.contextmanager
@@ -142,8 +148,8 @@ def reading(index: RagIndex | PgRagIndex, call: Call) -> Iterator[Reader]:
     connection of this thread (interrupted by SQLite's progress handler), or one pooled
     PostgreSQL connection (statement_timeout)."""
     if isinstance(index, PgRagIndex):
-        with index.connection() as conn, pg_deadline(conn, call.deadline, call.caps.timeout_ms):
-            yield PgReader(index, conn)
+        with pg_reader(index, call) as reader:
+            yield reader
     else:
         conn = index.conn
         with call.sqlite_deadline(conn):
