@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from handlers.rag.pg_index import pg_where
+from handlers.rag.pg_ingest import pg_where
 
 # -- keyword search: the tsvector half of fts.py --------------------------------------------------
 # ts_rank weights {D, C, B, A}: the body is D, the title A; 2:1 as FTS5's bm25 column weights.

@@ -23,11 +23,12 @@ import numpy as np
 import psycopg
 
 from gateway.errors import DeadlineExceeded
-from handlers.rag import fts, pg_fts, pg_index, vector_store
+from handlers.rag import fts, pg_fts, vector_store
 from handlers.rag.filters import FilterSQL, all_sources_enabled
 from handlers.rag.index import RagIndex
 from handlers.rag.limits import Call
 from handlers.rag.pg_index import PgRagIndex
+from handlers.rag.pg_ingest import pg_where
 from handlers.rag.vector_store import Candidates
 
 
@@ -92,11 +93,11 @@ class PgReader:
     def __init__(self, index: PgRagIndex, conn: psycopg.Connection, *, sources_enabled: bool) -> None:
         self.index, self.conn, self.dim = index, conn, index.dim
         self.fewer_than_k = False
-        self._pg, self._fts = pg_index, pg_fts
+        self._fts = pg_fts
         self._sources_enabled = sources_enabled
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
-        return iter(self.conn.execute(self._pg.pg_where(sql), tuple(params)).fetchall())
+        return iter(self.conn.execute(pg_where(sql), tuple(params)).fetchall())
 
     def all_sources_enabled(self) -> bool:
         return self._sources_enabled
