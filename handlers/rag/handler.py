@@ -227,9 +227,9 @@ class RagHandler(SyncTools, FetchTools):
     # -- search tools ----------------------------------------------------------------------
     @tool("rag.search_fts", title="Keyword search", read_only=True)
     def search_fts(self, args: SearchFtsIn, ctx: CallContext) -> SearchOutput:
-        """Keyword (FTS5 bm25, or PostgreSQL ts_rank) search over the indexed chunks. Returns chunk
-        ids, scores (score_fts in [0,1], higher is better; score_fts_raw is the engine's raw score:
-        bm25, or -ts_rank) and, on request, highlighted snippets; fetch text with rag.get_chunks.
+        """Keyword (BM25) search over the indexed chunks. Returns chunk ids, scores (score_fts in
+        [0,1], higher is better; score_fts_raw is the BM25 value, negated: lower is better) and, on
+        request, highlighted snippets; fetch text with rag.get_chunks.
         The query's words are matched (any of them, stemmed); syntax "fts5" takes FTS5 query
         syntax as written (web-search syntax on PostgreSQL)."""
         index, call = self._index(), Call.of(ctx)

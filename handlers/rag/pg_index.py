@@ -35,6 +35,7 @@ from handlers.rag.index_write import (
     parts_without_repeats,
     to_json,
 )
+from handlers.rag.pg_fts import TermStats
 from handlers.rag.pg_ingest import PgExec, PgSourceLock, pg_where
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class PgRagIndex:
         self.hnsw_type = hnsw_type
         self._wrap_index = HNSW_TYPES[hnsw_type][2]  # the query as the index's type
         self._hnsw = hnsw_expr(dim, hnsw_type)
+        self.term_stats = TermStats()  # BM25's corpus figures, shared by this process's searches
         self.pool = ConnectionPool(
             dsn,
             min_size=1,

@@ -103,10 +103,12 @@ class PgReader:
         return self._sources_enabled
 
     def fts_ranked(self, match: fts.MatchQuery, flt: FilterSQL, *, limit: int, offset: int = 0) -> list[tuple[int, float]]:
-        return self._fts.fts_ranked(self.conn, match, where=flt.where, params=flt.params, limit=limit, offset=offset)
+        return self._fts.fts_ranked(
+            self.conn, match, self.index.term_stats, where=flt.where, params=flt.params, limit=limit, offset=offset
+        )
 
     def fts_raw_of(self, match: fts.MatchQuery, rowids: list[int]) -> dict[int, float]:
-        return self._fts.fts_raw_of(self.conn, match, rowids)
+        return self._fts.fts_raw_of(self.conn, match, self.index.term_stats, rowids)
 
     def snippets(self, match: fts.MatchQuery, rowids: list[int], *, tokens: int) -> dict[int, str]:
         marked = self._fts.fts_snippets(

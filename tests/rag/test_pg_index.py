@@ -134,14 +134,14 @@ def test_keyword_search_ranks_stems_and_marks(index: PgRagIndex) -> None:
     )
     match = fts.build_match("wing tunnel")
     with index.connection() as conn:
-        ranked = fts_ranked(conn, match, limit=10)
+        ranked = fts_ranked(conn, match, index.term_stats, limit=10)
         assert [hit_rows(conn, [r])[r][2] for r, _ in ranked] == ["a", "b"]  # both words beat one; "wings" stems to wing
         assert all(raw < 0 for _, raw in ranked)
         marked = fts_snippets(conn, match, [r for r, _ in ranked], tokens=8, open_mark="<mark>", close_mark="</mark>")
         assert "<mark>wings</mark>" in marked[ranked[0][0]]
-        both = fts_ranked(conn, match.all_terms(), limit=10)
+        both = fts_ranked(conn, match.all_terms(), index.term_stats, limit=10)
         assert [hit_rows(conn, [r])[r][2] for r, _ in both] == ["a"]
-        only_source_2 = fts_ranked(conn, match, where="c.source_id IN (?)", params=(2,), limit=10)
+        only_source_2 = fts_ranked(conn, match, index.term_stats, where="c.source_id IN (?)", params=(2,), limit=10)
         assert only_source_2 == []
 
 
