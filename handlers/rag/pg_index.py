@@ -45,7 +45,7 @@ SCHEMA_VERSION = 1
 # with the stored float32 vectors (as rag.db's ANN is), so scores are exact either way.
 HNSW_TYPES = {"halfvec": ("halfvec", "halfvec_cosine_ops", HalfVector), "vector": ("vector", "vector_cosine_ops", Vector)}
 RESCORE_MIN = 40  # candidates the graph returns for rescoring: at least this many, or 2k
-HNSW_EF_SEARCH_MIN = 64  # candidates the graph search keeps; raised to 2k for larger k
+HNSW_EF_SEARCH_MIN = 128  # the graph search keeps at least this many (200k: recall@10 0.929 at 64, 0.982 at 128, 8.0 ms p50)
 POOL_TIMEOUT_S = 1.0  # a call in a PostgreSQL outage fails UNAVAILABLE this soon, well inside rag-timeout_ms
 SCHEMA_LOCK_KEY = 0x7261_6770_675F_6964  # pg_advisory_xact_lock: instances creating the schema at once
 INDEX_TABLES = ("rag_meta", "rag_sources", "rag_documents", "rag_doc_tags", "rag_chunks", "rag_sync_state", "rag_sync_jobs")
