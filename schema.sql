@@ -64,7 +64,8 @@ CREATE TABLE IF NOT EXISTS mcp_target_profiles (
     allow_explain_analyze INTEGER NOT NULL DEFAULT 0, -- 1: explain_sql may run analyze=true (runs the statement)
     allow_discovery INTEGER NOT NULL DEFAULT 1,
     active          INTEGER NOT NULL DEFAULT 1,
-    comment         TEXT NOT NULL DEFAULT ''
+    comment         TEXT NOT NULL DEFAULT '',
+    cache_ttl_ms    INTEGER NOT NULL DEFAULT 0 -- ms results are served from the result cache; 0: not cached
 );
 CREATE TABLE IF NOT EXISTS runtime_mcp_target_profiles (
     target_id       TEXT PRIMARY KEY NOT NULL,
@@ -81,6 +82,7 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_target_profiles (
     allow_discovery INTEGER NOT NULL DEFAULT 1,
     active          INTEGER NOT NULL DEFAULT 1,
     comment         TEXT NOT NULL DEFAULT '',
+    cache_ttl_ms    INTEGER NOT NULL DEFAULT 0,
     effective       INTEGER NOT NULL DEFAULT 0, -- 1: serving; 0: see skip_reason
     skip_reason     TEXT NOT NULL DEFAULT '',
     privilege_warnings TEXT NOT NULL DEFAULT '[]' -- JSON list: what the account can do beyond reading
@@ -117,7 +119,7 @@ CREATE TABLE IF NOT EXISTS stats_mcp_query_digest (
     PRIMARY KEY (tool_name, target_id, digest)
 );
 
--- MCP QUERY RULES (handlers/query/rules.py): ProxySQL's 18 columns; NULL/'' filters match anything.
+-- MCP QUERY RULES (backends/rules.py): ProxySQL's 18 columns and its cache_ttl; NULL/'' filters match anything.
 CREATE TABLE IF NOT EXISTS mcp_query_rules (
     rule_id              INTEGER PRIMARY KEY NOT NULL,
     active               INTEGER NOT NULL DEFAULT 0,
@@ -136,7 +138,8 @@ CREATE TABLE IF NOT EXISTS mcp_query_rules (
     OK_msg               TEXT,
     log                  INTEGER,
     apply                INTEGER NOT NULL DEFAULT 0,
-    comment              TEXT
+    comment              TEXT,
+    cache_ttl            INTEGER   -- ms the result of a matched statement is cached; 0: never; NULL: the target's cache_ttl_ms
 );
 CREATE TABLE IF NOT EXISTS runtime_mcp_query_rules (
     rule_id              INTEGER PRIMARY KEY NOT NULL,
@@ -156,7 +159,8 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_query_rules (
     OK_msg               TEXT,
     log                  INTEGER,
     apply                INTEGER NOT NULL DEFAULT 0,
-    comment              TEXT
+    comment              TEXT,
+    cache_ttl            INTEGER
 );
 -- Hits per rule and route, aggregated across workers (each flushes its deltas at most once a second).
 CREATE TABLE IF NOT EXISTS stats_mcp_query_rules (
@@ -379,6 +383,156 @@ CREATE TABLE IF NOT EXISTS rag_sync_jobs (
     error_json    TEXT NOT NULL DEFAULT 'null'  -- {code, message} when the job failed
 );
 CREATE INDEX IF NOT EXISTS rag_sync_jobs_created ON rag_sync_jobs (created_at);
+
+-- @section evidence
+-- What the gateway saw, for /mcp/ai's anomaly detection and recommendations (gateway/evidence.py).
+-- No row data and no secrets: refused statements are kept as normalised digest text (literals as ?).
+CREATE TABLE IF NOT EXISTS evidence_traffic (
+    bucket   INTEGER NOT NULL,          -- unix seconds, a multiple of 10
+    endpoint TEXT NOT NULL,
+    tool     TEXT NOT NULL,
+    outcome  TEXT NOT NULL,             -- ok, or the error code (INVALID_ARGUMENT, UNAVAILABLE, ...)
+    calls    INTEGER NOT NULL DEFAULT 0,
+    truncated INTEGER NOT NULL DEFAULT 0, -- answers a cap cut
+    PRIMARY KEY (bucket, endpoint, tool, outcome)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS evidence_digests (
+    bucket INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    calls  INTEGER NOT NULL DEFAULT 0,
+    sum_us INTEGER NOT NULL DEFAULT 0,
+    max_us INTEGER NOT NULL DEFAULT 0,
+    result_changes INTEGER NOT NULL DEFAULT 0, -- calls whose result differed from the previous one's
+    PRIMARY KEY (bucket, digest)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS evidence_events (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts       REAL NOT NULL,
+    kind     TEXT NOT NULL,             -- auth_failure | sql_refused
+    endpoint TEXT NOT NULL DEFAULT '',
+    tool     TEXT NOT NULL DEFAULT '',
+    client   TEXT NOT NULL DEFAULT '',
+    token_fp TEXT NOT NULL DEFAULT '',
+    digest   TEXT NOT NULL DEFAULT '',
+    text     TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS evidence_events_ts ON evidence_events(ts);
+CREATE TABLE IF NOT EXISTS evidence_digest_samples (  -- internal: never returned to a caller
+    digest      TEXT PRIMARY KEY,
+    target_id   TEXT NOT NULL,
+    schema_name TEXT NOT NULL DEFAULT '',
+    sql_text    TEXT NOT NULL,
+    updated_at  REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ai_anomalies (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    detected_at REAL NOT NULL,
+    kind        TEXT NOT NULL,
+    severity    TEXT NOT NULL,
+    subject     TEXT NOT NULL,          -- JSON
+    summary     TEXT NOT NULL,
+    evidence    TEXT NOT NULL,          -- JSON
+    window_start REAL NOT NULL,
+    window_end  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ai_anomalies_detected ON ai_anomalies(detected_at);
+
+-- @section variable_overrides
+-- config.db only (gateway/store.py): the values the serving process took from its environment
+-- (MCP_GATEWAY_<NAME>) or command line (--port, --host) at its last start, replaced at each start.
+-- The runtime shows each variable's origin from it: default, disk, environment, command line, memory.
+CREATE TABLE IF NOT EXISTS variable_overrides (
+    variable_name  TEXT PRIMARY KEY NOT NULL,
+    variable_value TEXT NOT NULL,
+    origin         TEXT NOT NULL             -- environment | command line
+);
+
+-- @section admin_state
+-- config.db only (not the disk layer): state the gateway keeps about its own administration.
+
+-- The audit trail (gateway/audit.py): every admin change and its outcome, secrets masked.
+-- Bounded by admin-audit_retention_days and admin-audit_max_rows (pruned on insert).
+CREATE TABLE IF NOT EXISTS mcp_audit_log (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    at                REAL NOT NULL,               -- unix time
+    endpoint          TEXT NOT NULL,               -- admin, config, or cli (admin.sql on a stopped gateway)
+    token_fingerprint TEXT NOT NULL DEFAULT '',    -- the caller's token, as gateway/tokens.py prints it
+    client            TEXT NOT NULL DEFAULT '',    -- the caller's address
+    action            TEXT NOT NULL,               -- the tool, or admin.sql
+    arguments         TEXT NOT NULL DEFAULT '{}',  -- JSON
+    before            TEXT,                        -- JSON: the value(s) the change replaced
+    after             TEXT,                        -- JSON: the value(s) it left
+    outcome           TEXT NOT NULL,               -- ok, or the error code
+    message           TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS mcp_audit_log_at ON mcp_audit_log (at);
+
+-- Bearer token metadata (gateway/tokens.py); the tokens themselves stay in mcp-*_endpoint_auth.
+CREATE TABLE IF NOT EXISTS mcp_tokens (
+    endpoint     TEXT NOT NULL,
+    fingerprint  TEXT NOT NULL,        -- first 12 hex digits of the token's SHA-256
+    created_at   REAL,                 -- NULL: configured by hand (bootstrap file, SET)
+    created_by   TEXT NOT NULL DEFAULT '',  -- fingerprint of the admin token that rotated it in
+    last_used_at REAL,                 -- written with the periodic flush, not per request
+    PRIMARY KEY (endpoint, fingerprint)
+);
+
+-- The runtime version each worker serves (gateway/workers.py): a LOAD answers once all do.
+CREATE TABLE IF NOT EXISTS runtime_workers (
+    pid          INTEGER PRIMARY KEY NOT NULL,
+    version      INTEGER NOT NULL,
+    applied_at   REAL NOT NULL,
+    flushed_upto INTEGER NOT NULL DEFAULT 0  -- the last cache_flush_requests id it carried out
+);
+
+-- admin_flush_cache requests: every worker carries each out on its next poll (caches are per process).
+CREATE TABLE IF NOT EXISTS cache_flush_requests (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    cache_types  TEXT NOT NULL,                -- comma separated
+    target_id    TEXT,                         -- query_results: one target's entries; NULL: all
+    requested_at REAL NOT NULL,
+    dropped_json TEXT NOT NULL DEFAULT '{}'    -- cache type -> entries dropped, summed over the workers
+);
+
+-- @section result_cache
+-- The embedded query result cache (backends/result_cache/embedded.py): result_cache.db in the
+-- data directory, shared by the workers of one server and emptied when it starts.
+CREATE TABLE IF NOT EXISTS cache_entries (
+    key         TEXT PRIMARY KEY NOT NULL,  -- hash of target, profile, schema, statement, caps
+    target_id   TEXT NOT NULL,
+    schema_name TEXT NOT NULL,
+    digest      TEXT NOT NULL,
+    digest_text TEXT NOT NULL,
+    tables      TEXT NOT NULL,     -- ",a,s.a," lower case: a table matches with instr()
+    payload     BLOB NOT NULL,     -- the result as JSON (columns, rows, truncation)
+    size        INTEGER NOT NULL,  -- bytes of payload: what cache-max_bytes counts
+    created_us  INTEGER NOT NULL,
+    expires_us  INTEGER NOT NULL,
+    used_us     INTEGER NOT NULL,  -- last hit (LRU order)
+    hits        INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS cache_entries_lru ON cache_entries (used_us);
+CREATE INDEX IF NOT EXISTS cache_entries_expiry ON cache_entries (expires_us);
+-- Entry and byte totals kept by triggers, so enforcing the limits never scans the table.
+CREATE TABLE IF NOT EXISTS cache_totals (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    entries INTEGER NOT NULL,
+    bytes   INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO cache_totals VALUES (1, 0, 0);
+CREATE TRIGGER IF NOT EXISTS cache_entries_added AFTER INSERT ON cache_entries BEGIN
+    UPDATE cache_totals SET entries = entries + 1, bytes = bytes + NEW.size WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS cache_entries_removed AFTER DELETE ON cache_entries BEGIN
+    UPDATE cache_totals SET entries = entries - 1, bytes = bytes - OLD.size WHERE id = 1;
+END;
+-- Per target: hits, misses, and entries gone by reason (max_entries, max_bytes, expired, ...).
+CREATE TABLE IF NOT EXISTS cache_counters (
+    target_id TEXT NOT NULL,
+    counter   TEXT NOT NULL,
+    value     INTEGER NOT NULL,
+    PRIMARY KEY (target_id, counter)
+);
 
 -- @section cluster_postgres
 -- Configuration shared by a cluster of gateways (gateway/cluster.py), in the PostgreSQL named

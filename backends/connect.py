@@ -76,6 +76,24 @@ def ping_mysql(conn: pymysql.connections.Connection, *, timeout_s: float) -> Non
         conn._read_timeout = saved
 
 
+def connect_pgsql(target: Target, *, connect_timeout_s: float) -> psycopg.Connection:
+    return psycopg.connect(**pg_kwargs(target, connect_timeout_s=connect_timeout_s))
+
+
+def ping_pgsql(conn: psycopg.Connection) -> None:
+    """An empty query, outside any transaction: one round trip (what psycopg_pool's check did)."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    if conn.autocommit:
+        conn.execute("")
+        return
+    conn.autocommit = True
+    try:
+        conn.execute("")
+    finally:
+        conn.autocommit = False
+
+
 def pg_kwargs(target: Target, *, connect_timeout_s: float) -> dict[str, Any]:
     return {
         "host": target.host,

@@ -13,6 +13,7 @@ percentiles of show_queries survive aggregation across workers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -45,11 +46,13 @@ _IN_LIST = re.compile(r"\(\s*\?(?:\s*,\s*\?)*\s*\)")
 _SPACE = re.compile(r"\s+")
 
 
+@functools.lru_cache(maxsize=1024)  # a repeated statement (a result-cache hit) costs a lookup, not three regexes
 def normalize_text(sql: str) -> str:
     text = _LITERAL.sub(lambda m: m.group("ident") or "?", sql)
     return _SPACE.sub(" ", _IN_LIST.sub("(?)", text)).strip()
 
 
+@functools.lru_cache(maxsize=1024)
 def digest_of(digest_text: str) -> str:
     return "0x" + hashlib.blake2b(digest_text.encode(), digest_size=8).hexdigest().upper()
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import math
 import select
 import sqlite3
@@ -573,3 +574,20 @@ def _run_sqlite(
             conn.set_progress_handler(None, 0)
         else:
             conn.deadline = previous
+
+
+def plan_of(protocol: str, out: dict[str, Any]) -> Any:
+    """The plan in an explain run's result (ReadOnlySql.run with explain=...): JSON, or SQLite's rows as dicts."""
+    rows = out["rows"]
+    if not rows:
+        return None
+    if protocol == "sqlite":
+        names = [c["name"] for c in out["columns"]]
+        return [dict(zip(names, row)) for row in rows]
+    value = rows[0][0]
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value

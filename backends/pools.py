@@ -1,8 +1,9 @@
 """Connection pools per query target: the one place the gateway opens backend connections.
 
-    pgsql   psycopg_pool.ConnectionPool
-    mysql   BoundedPool of pymysql connections (never CLIENT.MULTI_STATEMENTS, autocommit on)
-    sqlite  BoundedPool of stdlib sqlite3 connections opened read-only (`file:...?mode=ro`)
+One BoundedPool per target, of
+    pgsql   psycopg connections
+    mysql   pymysql connections (never CLIENT.MULTI_STATEMENTS, autocommit on)
+    sqlite  stdlib sqlite3 connections opened read-only (`file:...?mode=ro`)
 
 Sessions are opened read-only with the target's statement timeout (backends/connect.py).
 
@@ -13,6 +14,13 @@ when a transaction may be open (backends.needs_rollback: a free check, so an aut
 MariaDB session costs no ROLLBACK round trip) and returns the connection; one that broke
 during the call is discarded and the call gets UNAVAILABLE. Pools are created on first use
 and rebuilt only for targets whose definition changed (`update`).
+
+Recovery: a connection is opened by the call that needs one, when it needs it, so a target
+answers as soon as its server accepts connections again, whatever the outage length. (psycopg_pool
+reconnected in the background with a doubling backoff, 1, 2, 4, 8 s ...: a PostgreSQL target
+stayed dark seconds after its server was back, tests/test_backend_recovery.py.) While the
+server is down each call fails fast with UNAVAILABLE: a refused connection costs one round trip,
+an unreachable host at most the pool timeout.
 """
 
 from __future__ import annotations
@@ -27,17 +35,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
-import psycopg_pool
-
 from backends.connect import (
     SqliteConnection,
     connect_mysql,
+    connect_pgsql,
     connect_sqlite,
     connection_broken,
     needs_rollback,
-    pg_kwargs,
     ping_mysql,
+    ping_pgsql,
     ping_sqlite,
 )
 from backends.targets import Target, targets_from_runtime
@@ -65,6 +71,7 @@ class Health:
         self.suspect_before = 0.0  # monotonic: connections returned before this get pinged
         self.errors = 0
         self.reconnects = 0
+        self.timeouts = 0  # calls that gave up waiting for a connection (mcp_gateway_pool_timeouts_total)
         self.lock = threading.Lock()
 
     def needs_ping(self, returned_at: float) -> bool:
@@ -78,6 +85,11 @@ class Health:
     def error(self) -> None:
         with self.lock:
             self.errors += 1
+
+    def timed_out(self) -> None:
+        with self.lock:
+            self.errors += 1
+            self.timeouts += 1
 
 
 class BoundedPool:
@@ -180,58 +192,21 @@ class _TargetPool:
     def __init__(self, target: Target, *, max_size: int, timeout_s: float, idle_check_s: float, io_timeout_s: float) -> None:
         self.target = target
         self.health = Health(idle_check_s)
-        self.timeout_s = timeout_s
-        self.pg: psycopg_pool.ConnectionPool | None = None
-        self.bounded: BoundedPool | None = None
+        self.max_size = max_size
+        connect: Callable[[], Any]
+        ping: Callable[[Any], None]
         if target.protocol == "pgsql":
-            self.pg = psycopg_pool.ConnectionPool(
-                kwargs=pg_kwargs(target, connect_timeout_s=timeout_s),
-                min_size=0,
-                max_size=max_size,
-                timeout=timeout_s,
-                check=self._check_pg,
-                reconnect_timeout=max(60.0, timeout_s),
-                num_workers=1,
-                name=f"mcp-{target.target_id}",
-                open=False,
-            )
-            self.pg.open(wait=False)
+            connect, ping = (lambda: connect_pgsql(target, connect_timeout_s=timeout_s)), ping_pgsql
         elif target.protocol == "mysql":
-            self.bounded = BoundedPool(
-                lambda: connect_mysql(target, connect_timeout_s=timeout_s, io_timeout_s=io_timeout_s),
-                lambda conn: ping_mysql(conn, timeout_s=timeout_s),
-                self.health,
-                max_size=max_size,
-                timeout_s=timeout_s,
-            )
+            connect = lambda: connect_mysql(target, connect_timeout_s=timeout_s, io_timeout_s=io_timeout_s)  # noqa: E731
+            ping = lambda conn: ping_mysql(conn, timeout_s=timeout_s)  # noqa: E731
         else:
-            self.bounded = BoundedPool(
-                lambda: connect_sqlite(target, timeout_s=timeout_s),
-                lambda conn: ping_sqlite(conn, target.database),
-                self.health,
-                max_size=max_size,
-                timeout_s=timeout_s,
-            )
-
-    def _check_pg(self, conn: psycopg.Connection) -> None:
-        if not self.health.needs_ping(getattr(conn, "_mcp_returned_at", math.inf)):
-            return
-        try:
-            psycopg_pool.ConnectionPool.check_connection(conn)
-        except Exception:
-            self.health.connection_died()
-            raise  # the pool discards it and hands out another
+            connect = lambda: connect_sqlite(target, timeout_s=timeout_s)  # noqa: E731
+            ping = lambda conn: ping_sqlite(conn, target.database)  # noqa: E731
+        self.pool = BoundedPool(connect, ping, self.health, max_size=max_size, timeout_s=timeout_s)
 
     def getconn(self) -> Any:
-        if self.pg is not None:
-            try:
-                return self.pg.getconn()
-            except psycopg_pool.PoolTimeout:
-                raise PoolTimeout() from None
-            except psycopg_pool.PoolClosed:
-                raise PoolClosed() from None
-        assert self.bounded is not None
-        conn = self.bounded.getconn()
+        conn = self.pool.getconn()
         if isinstance(conn, SqliteConnection):
             conn.deadline = time.monotonic() + self.target.timeout_ms / 1000
         return conn
@@ -253,38 +228,24 @@ class _TargetPool:
                 broken, keep = True, False
         if broken:
             self.health.connection_died()
-        if self.pg is not None:
-            if not keep and not conn.closed:
-                conn.close()  # psycopg_pool discards closed connections on putconn
-            conn._mcp_returned_at = time.monotonic()
-            self.pg.putconn(conn)
-        elif keep:
-            self.bounded.putconn(conn)
+        if keep:
+            self.pool.putconn(conn)
         else:
-            self.bounded.discard(conn)
+            self.pool.discard(conn)
 
     def stats(self) -> dict[str, Any]:
-        if self.pg is not None:
-            raw = self.pg.get_stats()
-            size, idle = raw.get("pool_size", 0), raw.get("pool_available", 0)
-            sizes = {"size": size, "in_use": size - idle, "idle": idle, "waiting": raw.get("requests_waiting", 0)}
-            extra_errors = raw.get("connections_errors", 0)
-        else:
-            assert self.bounded is not None
-            sizes, extra_errors = self.bounded.stats(), 0
         return {
             "target_id": self.target.target_id,
             "protocol": self.target.protocol,
-            **sizes,
-            "errors": self.health.errors + extra_errors,
+            **self.pool.stats(),
+            "max_size": self.max_size,
+            "errors": self.health.errors,
             "reconnects": self.health.reconnects,
+            "timeouts": self.health.timeouts,
         }
 
     def close(self) -> None:
-        if self.pg is not None:
-            self.pg.close(timeout=1.0)
-        elif self.bounded is not None:
-            self.bounded.close()
+        self.pool.close()
 
 
 def _pool_settings(runtime: Runtime) -> tuple[int, float, float, float]:
@@ -391,7 +352,7 @@ class TargetPools:
         except PoolClosed:
             raise
         except PoolTimeout:
-            pool.health.error()
+            pool.health.timed_out()
             raise Unavailable(f"target {target.target_id} is unreachable (no connection within the pool timeout)") from None
         except Exception as exc:  # a driver's connect error: its text may name the host or user
             pool.health.error()
@@ -403,7 +364,17 @@ class TargetPools:
         """One entry per effective target (zeros until its first use); no host or credentials."""
         with self._lock:
             entries = [(self._targets[tid], self._pools.get(tid)) for tid in sorted(self._targets)]
-        idle = {"size": 0, "in_use": 0, "idle": 0, "waiting": 0, "errors": 0, "reconnects": 0}
+            max_size = self._settings[0]
+        idle = {
+            "size": 0,
+            "in_use": 0,
+            "idle": 0,
+            "waiting": 0,
+            "max_size": max_size,
+            "errors": 0,
+            "reconnects": 0,
+            "timeouts": 0,
+        }
         return [pool.stats() if pool else {"target_id": t.target_id, "protocol": t.protocol, **idle} for t, pool in entries]
 
     def close(self) -> None:

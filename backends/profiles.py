@@ -18,10 +18,11 @@ from gateway.store import ConfigModule
 from gateway.variables import Variable
 
 
-def build_profiles(
+def validate_profiles(
     memory: Mapping[str, list[dict[str, Any]]], _variables: Mapping[str, Variable]
 ) -> dict[str, list[dict[str, Any]]]:
-    """ConfigModule.build for MCP PROFILES: validate everything, then derive runtime rows."""
+    """ConfigModule.validate for MCP PROFILES: the row checks of a LOAD, without connecting.
+    Returns normalised copies of the rows (flags as 0/1); raises ConfigError naming each field."""
     auth_rows = [dict(row) for row in memory["mcp_auth_profiles"]]  # copies: flags are normalised in them
     target_rows = [dict(row) for row in memory["mcp_target_profiles"]]
     errors: list[str] = []
@@ -31,6 +32,15 @@ def build_profiles(
         _validate_target(row, errors)
     if errors:
         raise ConfigError("; ".join(errors), details=errors)
+    return {"mcp_auth_profiles": auth_rows, "mcp_target_profiles": target_rows}
+
+
+def build_profiles(
+    memory: Mapping[str, list[dict[str, Any]]], variables: Mapping[str, Variable]
+) -> dict[str, list[dict[str, Any]]]:
+    """ConfigModule.build for MCP PROFILES: validate everything, then derive runtime rows."""
+    valid = validate_profiles(memory, variables)
+    auth_rows, target_rows = valid["mcp_auth_profiles"], valid["mcp_target_profiles"]
     auth_by_id = {row["auth_profile_id"]: row for row in auth_rows}
     runtime_targets = []
     for row in target_rows:
@@ -48,7 +58,24 @@ def build_profiles(
     }
 
 
+def profile_warnings(runtime: Mapping[str, list[dict[str, Any]]]) -> list[str]:
+    """What LOAD MCP PROFILES TO RUNTIME tells the admin: each target's privilege warnings, and
+    each target that loaded but does not serve, with why."""
+    warnings = []
+    for row in runtime["runtime_mcp_target_profiles"]:
+        target_id = row["target_id"]
+        if row["skip_reason"]:
+            warnings.append(f"target {target_id}: not served: {row['skip_reason']}")
+        warnings += [f"target {target_id}: {warning}" for warning in json.loads(row["privilege_warnings"] or "[]")]
+    return warnings
+
+
 # db_password reads as NULL through admin.sql, a literal password and a reference alike.
 PROFILES_MODULE = ConfigModule(
-    "MCP PROFILES", ("mcp_auth_profiles", "mcp_target_profiles"), build_profiles, secret_columns=("db_password",)
+    "MCP PROFILES",
+    ("mcp_auth_profiles", "mcp_target_profiles"),
+    build_profiles,
+    secret_columns=("db_password",),
+    warnings=profile_warnings,
+    validate=validate_profiles,
 )

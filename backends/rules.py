@@ -1,6 +1,6 @@
 """MCP query rules: ProxySQL's query-rule engine for the SQL tools of /mcp/query.
 
-Admins edit `mcp_query_rules` (ProxySQL's 18 columns) and `LOAD MCP QUERY RULES TO RUNTIME`;
+Admins edit `mcp_query_rules` (ProxySQL's 18 columns, and its `cache_ttl`) and `LOAD MCP QUERY RULES TO RUNTIME`;
 `build_query_rules` validates every row first (a regex that does not compile, an unknown
 re_modifier, a replace_pattern with no match_pattern... refuses the whole LOAD with
 ConfigError and nothing changes).
@@ -11,8 +11,9 @@ auth profile), target_id, schemaname and tool_name must equal the call's when se
 matches anything); match_pattern is searched in the SQL as rewritten so far, negated by
 negate_match_pattern. A match counts a hit and its actions accumulate: replace_pattern
 rewrites (first match, or all with re_modifiers GLOBAL), timeout_ms lowers the statement
-timeout, error_msg blocks the call, OK_msg answers it without running anything, log logs it,
-flagOUT switches the flag for the rules after it, and apply=1 stops evaluation. Rewritten
+timeout, cache_ttl sets how long the result is cached (the last matching rule that sets it
+wins; 0 never caches), error_msg blocks the call, OK_msg answers it without running anything,
+log logs it, flagOUT switches the flag for the rules after it, and apply=1 stops evaluation. Rewritten
 SQL then goes through the read-only checks like any other statement.
 
 Hits are counted per worker in memory and merged into stats_mcp_query_rules(rule_id,
@@ -36,7 +37,7 @@ from gateway.variables import Variable
 COLUMNS = (
     "rule_id", "active", "username", "target_id", "schemaname", "tool_name", "match_pattern",
     "negate_match_pattern", "re_modifiers", "flagIN", "flagOUT", "replace_pattern", "timeout_ms",
-    "error_msg", "OK_msg", "log", "apply", "comment",
+    "error_msg", "OK_msg", "log", "apply", "comment", "cache_ttl",
 )  # fmt: skip
 MODIFIERS = {"CASELESS", "GLOBAL"}
 FLUSH_INTERVAL_S = 1.0
@@ -60,6 +61,7 @@ class Rule:
     ok_msg: str | None
     log: bool | None
     apply: bool
+    cache_ttl: int | None = None  # ms a matched statement's result is cached; 0: never; None: no say
 
 
 @dataclass
@@ -67,6 +69,7 @@ class RuleOutcome:
     sql: str
     matched: list[int] = field(default_factory=list)
     timeout_ms: int | None = None
+    cache_ttl: int | None = None  # the last matching rule's that sets one
     error_msg: str | None = None
     ok_msg: str | None = None
     log: bool = False
@@ -101,6 +104,7 @@ def compile_rule(row: Mapping[str, Any], errors: list[str]) -> Rule | None:
     timeout_ms = _flag(row, "timeout_ms", where, errors)
     if timeout_ms == 0:
         errors.append(f"{where}: timeout_ms must be at least 1 (or NULL)")
+    cache_ttl = _flag(row, "cache_ttl", where, errors)
     modifiers = {m.strip().upper() for m in str(row.get("re_modifiers") or "").split(",") if m.strip()}
     if modifiers - MODIFIERS:
         errors.append(f"{where}: re_modifiers may only contain {', '.join(sorted(MODIFIERS))}, got {row.get('re_modifiers')!r}")
@@ -138,6 +142,7 @@ def compile_rule(row: Mapping[str, Any], errors: list[str]) -> Rule | None:
         flag_in=flag_in,
         flag_out=flag_out,
         timeout_ms=timeout_ms,
+        cache_ttl=cache_ttl,
         error_msg=_opt_text(row.get("error_msg")),
         ok_msg=_opt_text(row.get("OK_msg")),
         log=None if row.get("log") is None else bool(row.get("log")),
@@ -166,6 +171,7 @@ class RuleSet:
 
     def __init__(self, rules: list[Rule]) -> None:
         self.rules = sorted(rules, key=lambda r: r.rule_id)
+        self.caches = any(rule.cache_ttl for rule in rules)  # some rule can turn the result cache on
 
     @classmethod
     def from_rows(cls, rows: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> RuleSet:
@@ -189,6 +195,8 @@ class RuleSet:
                 outcome.sql = rule.pattern.sub(rule.replace, outcome.sql, count=0 if rule.replace_all else 1)
             if rule.timeout_ms is not None:
                 outcome.timeout_ms = min(outcome.timeout_ms or rule.timeout_ms, rule.timeout_ms)
+            if rule.cache_ttl is not None:
+                outcome.cache_ttl = rule.cache_ttl
             if rule.error_msg is not None:
                 outcome.error_msg, outcome.error_rule = rule.error_msg, rule.rule_id
             if rule.ok_msg is not None:

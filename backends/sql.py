@@ -1,13 +1,18 @@
 """`ReadOnlySql`: the one path every caller's SQL takes, whichever tool asks.
 
-resolve the target -> MCP query rules (block, answer, rewrite, lower the timeout; rules.py)
--> the read-only parser allowlist, which regenerates the text that runs (readonly.py) -> the
+resolve the target -> MCP query rules (block, answer, rewrite, lower the timeout, set a cache
+TTL; rules.py) -> the read-only parser allowlist, which regenerates the text that runs
+(readonly.py) -> the query result cache (backends/result_cache: a hit answers here) -> the
 engine's read-only transaction with a server-side timeout, one statement per call, row and
-byte caps (execute.py) -> digest and rule-hit statistics (digest.py, rules.py).
+byte caps (execute.py) -> digest and rule-hit statistics (digest.py, rules.py); a result the
+cache should keep is stored on the way out. A refused statement never reaches the cache.
 
 run_sql_readonly, explain_sql and the sampling tools of /mcp/query call `run`; so must any
 other tool that runs SQL for a caller (profiling, llm.query, cache warm-up): there is no
-second path. The app builds one per worker over its `TargetPools` (gateway.assembly).
+second path. `run` takes every step in one call (in a worker thread). A tool on the event
+loop may split it: `prepare` and `answer_early` (a rule's OK_msg, or a cache hit) on the
+loop, and `execute` in a thread only when the database must answer, so a hit pays no thread
+hop (`inline_ok` says when that is worth it). The app builds one per worker (gateway.assembly).
 """
 
 from __future__ import annotations
@@ -15,16 +20,24 @@ from __future__ import annotations
 import json
 import logging
 import time
+import zlib
+from dataclasses import dataclass
 from typing import Any
 
-from backends.digest import DigestRecorder, normalize_text
+import orjson
+
+from backends.digest import DigestRecorder, digest_of, normalize_text
 from backends.execute import ResultSet, execute_readonly, explain_prefix
 from backends.pools import TargetPools
 from backends.readonly import CheckedStatement, check_readonly, refuse
+from backends.result_cache import ResultCache
+from backends.result_cache.keys import cache_key, tables_of
+from backends.result_cache.store import EntryMeta
 from backends.rules import RuleHits, RuleSet
 from backends.targets import Target
 from gateway.call import CallContext
-from gateway.errors import InvalidArgument, Unavailable
+from gateway.errors import GatewayError, InvalidArgument, Unavailable
+from gateway.evidence import EvidenceRecorder
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
 from gateway.variables import Variable
@@ -46,6 +59,9 @@ REFUSE_PRIVILEGED = Variable(
     "Refuse SQL on a target whose account can write or reach server files (see privilege warnings) instead of only warning.",
 )
 SQL_VARIABLES: tuple[Variable, ...] = (MAX_RESPONSE_BYTES, REFUSE_PRIVILEGED)
+CACHE_MODES = ("use", "bypass", "refresh")  # refresh: run and store even when a result is cached
+INLINE_SQL_CHARS = 4096  # longer statements are checked in a thread: a first check costs ~0.1 ms per KB
+RESULT_HASH_MAX_BYTES = 262_144  # larger results are not hashed (cache-candidate evidence): not worth the CPU
 
 
 def _var(runtime: Runtime, declaration: Variable) -> Any:
@@ -55,12 +71,38 @@ def _var(runtime: Runtime, declaration: Variable) -> Any:
     return declaration.parse(None)
 
 
+@dataclass
+class Prepared:
+    """A statement past the rules and the read-only check (or one a rule's OK_msg answers)."""
+
+    tool_name: str
+    target: Target
+    schema: str | None
+    started: float
+    stats: dict[str, Any]  # max_rows, max_bytes, timeout_ms, rules, cache
+    checked: CheckedStatement | None = None  # None: `message` answers
+    message: str | None = None
+    explain: str | None = None
+    cache_ttl_ms: int = 0  # 0: not cached
+    cache_mode: str = "use"
+    cache_key: str | None = None  # None: the cache is not consulted nor filled
+
+
 class ReadOnlySql:
     """Runs one caller's read-only statement on a target, under the rules, caps and deadline."""
 
-    def __init__(self, targets: TargetPools, store: ConfigStore) -> None:
+    def __init__(
+        self,
+        targets: TargetPools,
+        store: ConfigStore,
+        *,
+        cache: ResultCache | None = None,
+        evidence: EvidenceRecorder | None = None,
+    ) -> None:
         self.targets = targets
         self.store = store
+        self.cache = cache  # the query result cache (None: nothing is cached)
+        self.evidence = evidence  # refusals and digest timings, for /mcp/ai (None: not recorded)
         self.digests = DigestRecorder()
         self.rule_hits = RuleHits()
         self._rules: tuple[Any, RuleSet] = ((), RuleSet([]))
@@ -76,12 +118,52 @@ class ReadOnlySql:
         timeout_ms: int | None,
         tool_name: str | None = None,
         explain: str | None = None,  # None, "plan" or "analyze"
+        cache: str = "use",  # use | bypass | refresh (CACHE_MODES)
     ) -> dict[str, Any]:
         """Run `sql` and answer the SqlResult shape of /mcp/query: target_id, columns, rows,
         row_count, truncated, truncated_reason, message (a rule's OK_msg), stats.
 
         `tool_name` is what query rules match and digests record (default: the calling tool);
-        `max_rows` and `timeout_ms` are never above the target's own caps nor past ctx's deadline."""
+        `max_rows` and `timeout_ms` are never above the target's own caps nor past ctx's deadline.
+        `cache`: use the result cache when the target or a rule gives the statement a TTL; bypass
+        it; or refresh it (run, then store). stats.cache says what happened."""
+        try:
+            prepared = self.prepare(
+                ctx, sql=sql, target_id=target_id, schema=schema, max_rows=max_rows, timeout_ms=timeout_ms,
+                tool_name=tool_name, explain=explain, cache=cache,
+            )  # fmt: skip
+            return self.answer_early(prepared) or self.execute(prepared)
+        finally:
+            self.flush_due()
+
+    def inline_ok(self, runtime: Runtime, target_id: str | None, sql_chars: int, cache: str = "use") -> bool:
+        """Whether `prepare` and `answer_early` are worth running on the event loop: the cache is
+        a local file (a lookup never waits on the network), could apply to this target, and the
+        statement is short enough that checking it the first time does not stall the loop."""
+        if self.cache is None or not self.cache.local or cache != "use" or sql_chars > INLINE_SQL_CHARS:
+            return False
+        try:
+            target = self.targets.resolve(target_id)
+        except GatewayError:
+            return False  # the thread path answers with the error
+        return target.cache_ttl_ms > 0 or self._ruleset(runtime).caches
+
+    def prepare(
+        self,
+        ctx: CallContext,
+        *,
+        sql: str,
+        target_id: str | None,
+        schema: str | None,
+        max_rows: int | None,
+        timeout_ms: int | None,
+        tool_name: str | None = None,
+        explain: str | None = None,
+        cache: str = "use",
+    ) -> Prepared:
+        """Resolve the target, apply the rules, check the statement: raises what refuses it."""
+        if cache not in CACHE_MODES:
+            raise InvalidArgument(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
         tool_name = tool_name or ctx.tool_name
         started = time.perf_counter()
         target = self.targets.resolve(target_id)
@@ -104,37 +186,87 @@ class ReadOnlySql:
                 target.target_id,
                 target.username,
             )
+        if outcome.error_msg is not None:
+            self._refused(ctx, tool_name, sql)
+            raise InvalidArgument(outcome.error_msg, details={"rule_id": outcome.error_rule})
+        timeout = min(timeout_ms or target.timeout_ms, target.timeout_ms, outcome.timeout_ms or target.timeout_ms)
+        timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
+        stats: dict[str, Any] = {"max_rows": rows_cap, "max_bytes": max_bytes, "timeout_ms": timeout, "rules": outcome.matched}
+        prepared = Prepared(tool_name=tool_name, target=target, schema=schema, started=started, stats=stats, explain=explain)
+        if outcome.ok_msg is not None:
+            prepared.message = outcome.ok_msg
+            return prepared
         try:
-            if outcome.error_msg is not None:
-                raise InvalidArgument(outcome.error_msg, details={"rule_id": outcome.error_rule})
-            timeout = min(timeout_ms or target.timeout_ms, target.timeout_ms, outcome.timeout_ms or target.timeout_ms)
-            timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
-            stats: dict[str, Any] = {
-                "max_rows": rows_cap,
-                "max_bytes": max_bytes,
-                "timeout_ms": timeout,
-                "rules": outcome.matched,
-            }
-            if outcome.ok_msg is not None:
-                return _answer(target.target_id, None, started, stats, message=outcome.ok_msg)
-            checked = check_readonly(outcome.sql, target.protocol, row_cap=None if explain else rows_cap + 1)
-            if explain and checked.kind != "select":
-                raise refuse("explain_sql takes a SELECT without EXPLAIN")
-            with self.targets.connection(target.target_id) as (target, conn):
-                self._check_privileges(ctx.runtime, target)
-                text = (
-                    explain_prefix(target.protocol, conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
-                )
-                db_started = time.perf_counter()
-                try:
-                    result = execute_readonly(
-                        target.protocol, conn, text, timeout_ms=timeout, max_rows=rows_cap, max_bytes=max_bytes, schema=schema
-                    )
-                finally:
-                    stats["digest"] = self._record(tool_name, target.target_id, checked, (time.perf_counter() - db_started) * 1e6)
-            return _answer(target.target_id, result, started, stats)
-        finally:
-            self._maybe_flush()
+            prepared.checked = checked = check_readonly(outcome.sql, target.protocol, row_cap=None if explain else rows_cap + 1)
+        except InvalidArgument:
+            self._refused(ctx, tool_name, sql)
+            raise
+        if explain and checked.kind != "select":
+            raise refuse("explain_sql takes a SELECT without EXPLAIN")
+        self._check_privileges(ctx.runtime, target)
+        ttl = target.cache_ttl_ms if outcome.cache_ttl is None else outcome.cache_ttl
+        stats["cache"] = "off"
+        if self.cache is not None and ttl > 0 and not explain:
+            prepared.cache_ttl_ms, prepared.cache_mode = ttl, cache
+            stats["cache"] = {"use": "miss", "bypass": "bypass", "refresh": "refresh"}[cache]
+            if cache != "bypass":
+                prepared.cache_key = cache_key(
+                    target_id=target.target_id, fingerprint=self.cache.fingerprint(ctx.runtime, target.target_id),
+                    schema=schema or "", sql=checked.sql, max_rows=rows_cap, max_bytes=max_bytes,
+                )  # fmt: skip
+        return prepared
+
+    def answer_early(self, prepared: Prepared) -> dict[str, Any] | None:
+        """The answer without the database: a rule's OK_msg, or a cached result. None: execute."""
+        if prepared.message is not None:
+            return _answer(prepared, None)
+        if prepared.cache_key is None or prepared.cache_mode != "use" or self.cache is None:
+            return None
+        looked_up = time.perf_counter()
+        state, hit = self.cache.lookup(prepared.cache_key, prepared.target.target_id, prepared.cache_ttl_ms)
+        prepared.stats["cache"] = state
+        if hit is None:
+            return None
+        cached = self.cache.decode(hit)
+        result = ResultSet(
+            columns=cached["columns"], rows=cached["rows"], truncated=cached["truncated"],
+            truncated_reason=cached["truncated_reason"], result_bytes=cached["result_bytes"], db_ms=0.0,
+        )  # fmt: skip
+        prepared.stats["cache_age_ms"] = hit.age_ms
+        prepared.stats["digest"] = self._record(prepared, (time.perf_counter() - looked_up) * 1e6)
+        return _answer(prepared, result)
+
+    def execute(self, prepared: Prepared) -> dict[str, Any]:
+        """Run the prepared statement on the database (blocking), and keep its result if due."""
+        target, checked, explain = prepared.target, prepared.checked, prepared.explain
+        assert checked is not None, "a prepared statement without a checked text is answered early"
+        stats = prepared.stats
+        with self.targets.connection(target.target_id) as (target, conn):
+            text = explain_prefix(target.protocol, conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
+            db_started = time.perf_counter()
+            try:
+                result = execute_readonly(
+                    target.protocol, conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+                    max_bytes=stats["max_bytes"], schema=prepared.schema,
+                )  # fmt: skip
+            finally:
+                elapsed_us = (time.perf_counter() - db_started) * 1e6
+                stats["digest"] = self._record(prepared, elapsed_us)
+        if self.evidence is not None and not explain:
+            self.evidence.digest(
+                stats["digest"],
+                int(elapsed_us),
+                result_hash=_result_hash(result),
+                sample=(target.target_id, prepared.schema or "", checked.sql),
+            )
+        if prepared.cache_key is not None and self.cache is not None and stats["cache"] != "unavailable":
+            meta = EntryMeta(
+                key=prepared.cache_key, target_id=target.target_id, schema=prepared.schema or "", digest=stats["digest"],
+                digest_text=normalize_text(checked.sql), tables=tables_of(checked.sql, checked.dialect),
+            )  # fmt: skip
+            kept = {k: getattr(result, k) for k in ("columns", "rows", "truncated", "truncated_reason", "result_bytes")}
+            stats["cache_store"] = self.cache.save(meta, kept, prepared.cache_ttl_ms)
+        return _answer(prepared, result)
 
     # -- the steps -------------------------------------------------------------------------
     def _ruleset(self, runtime: Runtime) -> RuleSet:
@@ -158,11 +290,29 @@ class ReadOnlySql:
                 f"target {target.target_id} is refused because mcp-query_refuse_privileged_targets is on: {'; '.join(warnings)}"
             )
 
-    def _record(self, tool_name: str, target_id: str, checked: CheckedStatement, elapsed_us: float) -> str:
-        text = normalize_text(checked.sql)
-        return self.digests.record(tool_name=tool_name, target_id=target_id, digest_text=text, elapsed_us=int(elapsed_us))
+    def _record(self, prepared: Prepared, elapsed_us: float) -> str:
+        assert prepared.checked is not None
+        text = normalize_text(prepared.checked.sql)
+        return self.digests.record(
+            tool_name=prepared.tool_name, target_id=prepared.target.target_id, digest_text=text, elapsed_us=int(elapsed_us)
+        )
 
-    def _maybe_flush(self) -> None:
+    def _refused(self, ctx: CallContext, tool_name: str, sql: str) -> None:
+        """Evidence of a refused statement: its normalised text (literals as ?), never the values."""
+        if self.evidence is not None:
+            text = normalize_text(sql)
+            self.evidence.event(
+                "sql_refused",
+                endpoint=ctx.endpoint,
+                tool=tool_name,
+                token_fp=ctx.token_fingerprint,
+                digest=digest_of(text),
+                text=text,
+            )
+
+    def flush_due(self) -> None:
+        """Write digests and rule hits when a second has passed (after a call; and from the app
+        every second, since calls answered on the event loop do not)."""
         for recorder in (self.digests, self.rule_hits):
             if recorder.due():
                 try:
@@ -183,22 +333,27 @@ class ReadOnlySql:
             log.warning("flushing query statistics at close failed", exc_info=True)
 
 
-def _answer(
-    target_id: str, result: ResultSet | None, started: float, stats: dict[str, Any], *, message: str | None = None
-) -> dict[str, Any]:
+def _result_hash(result: ResultSet) -> int | None:
+    """A hash of the rows, to tell whether a digest's result changed between calls."""
+    if result.result_bytes > RESULT_HASH_MAX_BYTES:
+        return None
+    return zlib.crc32(orjson.dumps(result.rows, default=str))
+
+
+def _answer(prepared: Prepared, result: ResultSet | None) -> dict[str, Any]:
     stats = {
-        **stats,
+        **prepared.stats,
         "db_ms": round(result.db_ms, 3) if result else 0.0,
         "result_bytes": result.result_bytes if result else 0,
     }
-    stats["ms"] = round((time.perf_counter() - started) * 1000, 3)
+    stats["ms"] = round((time.perf_counter() - prepared.started) * 1000, 3)
     return {
-        "target_id": target_id,
+        "target_id": prepared.target.target_id,
         "columns": result.columns if result else [],
         "rows": result.rows if result else [],
         "row_count": len(result.rows) if result else 0,
         "truncated": result.truncated if result else False,
         "truncated_reason": result.truncated_reason if result else None,
-        "message": message,
+        "message": prepared.message,
         "stats": stats,
     }

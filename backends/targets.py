@@ -30,6 +30,7 @@ from gateway.variables import Variable
 
 PROTOCOLS = ("mysql", "pgsql", "sqlite")
 DEFAULT_PORTS = {"mysql": 3306, "pgsql": 5432, "sqlite": 0}
+MAX_CACHE_TTL_MS = 30 * 24 * 3600 * 1000  # 30 days
 # libpq's vocabulary, also mapped onto pymysql's ssl options.
 SSL_MODES = ("", "disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 TARGET_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -82,6 +83,7 @@ class Target:
     use_ssl: bool
     ssl_mode: str
     allow_explain_analyze: bool = False  # explain_sql analyze=true: runs the statement (read-only, timed)
+    cache_ttl_ms: int = 0  # results served from the result cache this long; 0: not cached (rules may say otherwise)
 
     @property
     def capabilities(self) -> list[str]:
@@ -176,6 +178,8 @@ def _validate_target(row: dict[str, Any], errors: list[str]) -> None:
     _int(row, "port", 0, 65535, where, errors)
     _int(row, "max_rows", 1, 1_000_000, where, errors)
     _int(row, "timeout_ms", 1, 3_600_000, where, errors)
+    if "cache_ttl_ms" in row:  # absent from a data directory created before the column
+        _int(row, "cache_ttl_ms", 0, MAX_CACHE_TTL_MS, where, errors)
     for flag in ("allow_explain", "allow_discovery", "active"):
         _flag(row, flag, where, errors)
     if "allow_explain_analyze" in row:  # absent from a data directory created before the column
@@ -251,6 +255,7 @@ def _target(row: Mapping[str, Any], auth: Mapping[str, Any], password: str) -> T
         use_ssl=bool(auth.get("use_ssl", 0)),
         ssl_mode=_text(auth, "ssl_mode"),
         allow_explain_analyze=bool(row.get("allow_explain_analyze", 0)),
+        cache_ttl_ms=int(row.get("cache_ttl_ms") or 0),
     )
 
 

@@ -12,7 +12,9 @@ Three HTTPS servers run side by side in one run, all with the same self-signed c
            HTTP, stateless JSON-response mode
 
 plus a `gateway_ping` row (the same gateway answering `ping`: HTTP, auth, protocol and
-metrics without a tool), which shows how the gateway's cost splits, and with `--baseline DIR`
+metrics without a tool), which shows how the gateway's cost splits, a `gateway_get_status` row
+(the same gateway answering config `get_status {}`, the tool health checkers poll; ratios
+get_status_vs_get_config and get_status_vs_floor), and with `--baseline DIR`
 a `gateway_baseline` row: the gateway of another checkout (e.g. `git worktree add /tmp/gw-before
 HEAD`), measured in the same interleaved rounds, so a change is judged side by side.
 
@@ -68,6 +70,7 @@ class Target:
     token: str
     pids_group: int  # process group of the server (its master and workers)
     method: str = "tools/call"  # "ping": the gateway's HTTP + auth + protocol path without a tool
+    arguments: tuple[tuple[str, str], ...] = (("variable_name", TOOL_VARIABLE),)
 
 
 # -- load generator --------------------------------------------------------------------------
@@ -76,7 +79,7 @@ class Target:
 def _request_bytes(target: Target) -> bytes:
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": target.method}
     if target.method == "tools/call":
-        message["params"] = {"name": target.tool, "arguments": {"variable_name": TOOL_VARIABLE}}
+        message["params"] = {"name": target.tool, "arguments": dict(target.arguments)}
     return request_bytes(Endpoint(target.port, "/mcp/config", target.token, ca_path=""), orjson.dumps(message))
 
 
@@ -221,8 +224,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             baseline = stack.enter_context(start_baseline(workers=args.workers, variables=tls, ca_path=cert))
             port = int(baseline.base_url.rsplit(":", 1)[1])
             targets.insert(1, Target("gateway_baseline", port, "get_config", baseline.tokens["config"], baseline.process.pid))
+            if args.status_row:
+                token, pid = baseline.tokens["config"], baseline.process.pid
+                targets.append(Target("gateway_baseline_get_status", port, "get_status", token, pid, arguments=()))
         if args.ping_row:  # where the gateway's time goes: everything but the tool call
             targets.append(Target("gateway_ping", gateway_port, "", gateway.tokens["config"], gateway.process.pid, method="ping"))
+        if args.status_row:  # the tool health checkers poll: should cost what get_config costs
+            status = Target(
+                "gateway_get_status", gateway_port, "get_status", gateway.tokens["config"], gateway.process.pid, arguments=()
+            )
+            targets.append(status)
         for target in targets:  # warm-up: imports, caches, thread pools
             measure(target, str(cert), concurrency=4, requests=args.warmup, client_procs=1)
         results: dict[str, dict[str, Any]] = {t.name: {} for t in targets}
@@ -255,6 +266,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         for level in levels
     }
+    if "gateway_get_status" in results:
+        for level in levels:
+            status, config = results["gateway_get_status"][str(level)], results["gateway"][str(level)]
+            ratios[str(level)]["get_status_vs_get_config_rps"] = _ratio(status["rps"], config["rps"])
+            ratios[str(level)]["get_status_vs_floor_rps"] = _ratio(status["rps"], results["floor"][str(level)]["rps"])
+            ratios[str(level)]["get_status_vs_get_config_cpu_per_request"] = _ratio(
+                status["server_cpu_ms_per_request"], config["server_cpu_ms_per_request"]
+            )
     if "gateway_baseline" in results:
         for level in levels:
             base = results["gateway_baseline"][str(level)]
@@ -297,6 +316,9 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,16,64", help="comma-separated concurrency levels")
     parser.add_argument("--client-procs", type=int, default=2, help="load-generator processes")
     parser.add_argument("--no-ping-row", dest="ping_row", action="store_false", help="skip the gateway `ping` row")
+    parser.add_argument(
+        "--no-status-row", dest="status_row", action="store_false", help="skip the gateway `get_status` row (same gateway)"
+    )
     parser.add_argument("--baseline", type=Path, help="also measure the gateway of this checkout (gateway_baseline)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per level; the median is reported")
     args = parser.parse_args()

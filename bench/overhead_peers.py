@@ -38,6 +38,7 @@ def _tool_payload(variable_name: str) -> dict[str, Any]:
         "description": "Deadline of one tool call, in milliseconds.",
         "secret": False,
         "restart_required": False,
+        "origin": "default",
     }
 
 

@@ -21,6 +21,11 @@ before/after in one run). Also reported: the per-call cost of the parser check a
 counting a rule hit with an UPSERT into config.db per call versus the in-memory counter
 flushed once a second.
 
+The cached case (`cached` in each row, side `gateway_wN+hit`): the same point query on a twin
+target with cache_ttl_ms set, over HOT ids that warm_cache stored first, so every measured
+call is a result-cache hit. Goal: hit p50 <= 0.5 x the gateway's uncached p50 and <= 0.2 ms
+of server CPU per call. `cache_stats` shows the hits and misses the gateways counted.
+
     python bench/query_overhead.py --json bench/out/query_overhead.json [--calls 400] [--mode auto]
 """
 
@@ -60,8 +65,16 @@ ROWS = 10_000
 POOL_MAX = 16
 
 
+HOT = 64  # distinct statements of the cached case, all cached before it is measured
+CACHE_TTL_MS = 3_600_000
+
+
 def point_sql() -> str:
     return f"SELECT id, name, val FROM points WHERE id = {random.randint(1, ROWS)}"
+
+
+def hot_sql(row_id: int | None = None) -> str:
+    return f"SELECT id, name, val FROM points WHERE id = {row_id or random.randint(1, HOT)}"
 
 
 # -- databases --------------------------------------------------------------------------------
@@ -144,7 +157,7 @@ def run_handler(handler: Any, tool: str, arguments: Callable[[], dict], clients:
 # -- the gateway -------------------------------------------------------------------------------
 
 
-def bootstrap_toml(maria: dict, pg: dict, tokens: dict[str, str], port: int) -> str:
+def bootstrap_toml(maria: dict, pg: dict, tokens: dict[str, str], port: int, *, cached: bool = True) -> str:
     lines = ["[variables]", f'"mcp-port" = {port}', '"mcp-use_ssl" = true', f'"mcp-query_pool_max" = {POOL_MAX}']
     lines += [f'"mcp-{endpoint}_endpoint_auth" = "{token}"' for endpoint, token in tokens.items()]
     lines += ["", "[[mcp_auth_profiles]]", 'auth_profile_id = "maria"', 'db_username = "root"', 'db_password = ""']
@@ -155,10 +168,14 @@ def bootstrap_toml(maria: dict, pg: dict, tokens: dict[str, str], port: int) -> 
     ):
         lines += ["", "[[mcp_target_profiles]]", f'target_id = "{target_id}"', f'protocol = "{protocol}"', 'host = "127.0.0.1"']
         lines += [f"port = {port_}", f'database = "{database}"', f'auth_profile_id = "{target_id}"']
+        if cached:  # its twin with the result cache on (a baseline tree may predate the column)
+            lines += ["", "[[mcp_target_profiles]]", f'target_id = "{target_id}_cached"', f'protocol = "{protocol}"']
+            lines += ['host = "127.0.0.1"', f"port = {port_}", f'database = "{database}"', f'auth_profile_id = "{target_id}"']
+            lines += [f"cache_ttl_ms = {CACHE_TTL_MS}"]
     return "\n".join(lines) + "\n"
 
 
-def start_server(tmp: Path, maria: dict, pg: dict, *, workers: int, source_tree: Path) -> Any:
+def start_server(tmp: Path, maria: dict, pg: dict, *, workers: int, source_tree: Path, cached: bool = True) -> Any:
     """`mcp-gateway serve --workers N` running the code of source_tree (this checkout, or a
     baseline copy given with --baseline-tree)."""
     import os
@@ -171,7 +188,7 @@ def start_server(tmp: Path, maria: dict, pg: dict, *, workers: int, source_tree:
     data_dir.mkdir()
     port = free_port()
     tokens = default_tokens()
-    config_path.write_text(bootstrap_toml(maria, pg, tokens, port))
+    config_path.write_text(bootstrap_toml(maria, pg, tokens, port, cached=cached))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source_tree), env.get("PYTHONPATH", "")]))
     with open(log_path, "wb") as log_file:
@@ -266,6 +283,29 @@ def rotated(sides: list[str], index: int) -> list[str]:
     return sides[shift:] + sides[:shift]
 
 
+def warm(gateway: Any) -> None:
+    """Cache the HOT statements of both cached targets with warm_cache, so every measured call hits."""
+    from server_process import call_tool
+
+    with gateway.client() as http:
+        for engine in ("maria", "pg"):
+            queries = [hot_sql(i) for i in range(1, HOT + 1)]
+            out = call_tool(http, gateway, "cache", "warm_cache", {"target_id": f"{engine}_cached", "queries": queries})
+            assert out["structuredContent"]["cached"] == HOT, out
+
+
+def cache_stats(gateway: Any) -> dict[str, Any]:
+    """What the gateway's result cache counted: every measured call should be a hit."""
+    from server_process import call_tool
+
+    with gateway.client() as http:
+        stats = call_tool(http, gateway, "cache", "get_cache_stats", {})["structuredContent"]
+    return {
+        "store": stats["store"], "entries": stats["entries"], "bytes": stats["bytes"],
+        "per_target": {t["target_id"]: {"hits": t["hits"], "misses": t["misses"]} for t in stats["targets"]},
+    }  # fmt: skip
+
+
 def measure_servers(
     args: argparse.Namespace, servers: dict[str, Any], maria: dict, pg: dict
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -273,32 +313,45 @@ def measure_servers(
     and every gateway (in rotated order), so a burst of other load on the machine hits all
     sides alike."""
     endpoints = {label: endpoint_of(gateway) for label, gateway in servers.items()}
+    hits = {f"{label}+hit": label for label in servers if not label.startswith("baseline")}  # the cached case
+    for label in hits.values():
+        warm(servers[label])
     results: dict[str, Any] = {}
     for engine, settings in (("maria", maria), ("pg", pg)):
         for clients in (1, 16):
             per_client = args.calls if clients == 1 else max(20, args.calls // 4)
             spread = {"clients": clients, "calls_per_client": per_client, "procs": args.client_procs}
-            rounds: dict[str, list[dict[str, float]]] = {"direct": [], **{label: [] for label in servers}}
+            rounds: dict[str, list[dict[str, float]]] = {"direct": [], **{label: [] for label in [*servers, *hits]}}
             body = lambda e=engine: tool_call("run_sql_readonly", {"target_id": e, "sql": point_sql()})  # noqa: E731
+            hit_body = lambda e=engine: tool_call("run_sql_readonly", {"target_id": f"{e}_cached", "sql": hot_sql()})  # noqa: E731
             for index in range(args.rounds):
-                for side in rotated(["direct", *endpoints], index):
+                for side in rotated(["direct", *endpoints, *hits], index):
                     if side == "direct":
                         measured = run_threads(direct_caller(engine, settings), **spread)
+                    elif side in hits:
+                        server = servers[hits[side]]
+                        measured = run_http(endpoints[hits[side]], hit_body, **spread, server_group=server.process.pid)
                     else:
                         measured = run_http(endpoints[side], body, **spread, server_group=servers[side].process.pid)
                     rounds[side].append(summary(*measured))
-            row: dict[str, Any] = {side: median_round(measured) for side, measured in rounds.items()}
+            row: dict[str, Any] = {side: median_round(measured) for side, measured in rounds.items() if side not in hits}
+            row["cached"] = {}
+            for side, label in hits.items():
+                hit = median_round(rounds[side])
+                ratio = round(hit["p50_ms"] / row[label]["p50_ms"], 2)
+                cpu = hit.get("server_cpu_ms_per_call")
+                row["cached"][side] = {
+                    **hit, "ratio_to_uncached_p50": ratio,
+                    "meets_goal": ratio <= 0.5 and cpu is not None and cpu <= 0.2,
+                }  # fmt: skip
             direct_p50 = row["direct"]["p50_ms"]
             row["goal_p50_ms"] = round(1.5 * direct_p50 + 1.0, 3)
             row["ratio_p50"] = {label: round(row[label]["p50_ms"] / direct_p50, 2) for label in servers}
             row["meets_goal"] = {label: row[label]["p50_ms"] <= row["goal_p50_ms"] for label in servers}
             row["cores_for_goal"] = {label: cores_for_goal(row[label], clients, row["goal_p50_ms"]) for label in servers}
             results[f"{engine}_c{clients}"] = row
-            print(
-                f"{engine} c={clients}: {json.dumps({k: v['p50_ms'] for k, v in row.items() if isinstance(v, dict) and 'p50_ms' in v})}",
-                file=sys.stderr,
-                flush=True,
-            )
+            shown = {k: v["p50_ms"] for k, v in [*row.items(), *row["cached"].items()] if isinstance(v, dict) and "p50_ms" in v}
+            print(f"{engine} c={clients}: {json.dumps(shown)}", file=sys.stderr, flush=True)
     # The gateway's own floor: a tool that touches no database, through the same path.
     floor: dict[str, Any] = {}
     for clients in (1, 16):
@@ -380,7 +433,7 @@ def main() -> None:
                 servers[f"gateway_w{count}"] = start_server(tmp / f"w{count}", maria, pg, workers=count, source_tree=REPO_ROOT)
             if args.baseline_tree:
                 servers[f"baseline_w{workers[0]}"] = start_server(
-                    tmp / "baseline", maria, pg, workers=workers[0], source_tree=args.baseline_tree.resolve()
+                    tmp / "baseline", maria, pg, workers=workers[0], source_tree=args.baseline_tree.resolve(), cached=False
                 )
             results, floor = measure_servers(args, servers, maria, pg)
         else:
@@ -403,6 +456,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "results": results,
             "floor_list_targets": floor,
+            "cache_stats": {label: cache_stats(g) for label, g in servers.items() if not label.startswith("baseline")},
             "micro": micro(tmp),
         }  # fmt: skip
     finally:

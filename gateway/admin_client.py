@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from gateway import sqlite
+from gateway import audit, sqlite
 from gateway.admin_sql import AdminSQL
 from gateway.assembly import open_store
 from gateway.pids import pid_alive
@@ -29,8 +29,8 @@ def run_admin_statement(data_dir: Path, statement: str) -> dict[str, Any]:
     store = open_store(data_dir)
     state = _running(data_dir)
     if state is None:
-        result = AdminSQL(store).execute(statement)
-        result["via"] = "data directory (no gateway running: LOAD ... TO RUNTIME takes effect at its next start)"
+        result = AdminSQL(store).execute(statement, actor=audit.CLI_ACTOR)  # audited like the endpoint's
+        result["via"] = f"data directory {data_dir} (no gateway running: LOAD ... TO RUNTIME takes effect at its next start)"
         return result
     tokens = (
         sqlite.scalar(
@@ -60,5 +60,5 @@ def run_admin_statement(data_dir: Path, statement: str) -> dict[str, Any]:
     if "error" in payload:
         return {"error": payload["error"]}
     result = payload["result"]["structuredContent"]
-    result["via"] = f"running gateway on port {state['port']}"
+    result["via"] = f"running gateway on port {state['port']} (data directory {data_dir})"
     return result

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import apsw
 
-from gateway import sqlite
+from gateway import audit, sqlite
 from gateway.errors import InvalidArgument
 from gateway.store import ConfigStore
 from gateway.variables import MASK
@@ -69,8 +70,39 @@ class AdminSQL:
         self.secret_variables = sorted(name for name, v in store.variables.items() if v.secret)
         assert all(re.fullmatch(r"[a-z0-9_.\-]+", n) for n in self.secret_variables)
 
-    def execute(self, statement: str, *, max_rows: int = DEFAULT_MAX_ROWS) -> dict[str, Any]:
+    def execute(
+        self,
+        statement: str,
+        *,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        actor: audit.Actor | None = None,
+        secrets: Iterable[str] = (),
+        runtime_variables: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Run one statement. With an `actor`, every statement but a plain SELECT is written to
+        the audit trail, refused ones included, its literals masked where it touches a secret."""
         statement = statement.strip()
+        if actor is None or statement[:6].upper() == "SELECT":
+            return self._execute(statement, max_rows=max_rows)
+        with audit.audited(
+            self.store,
+            actor,
+            "admin.sql",
+            {"statement": self._shown(statement)},
+            secrets=secrets,
+            runtime_variables=runtime_variables,
+        ) as entry:
+            result = self._execute(statement, max_rows=max_rows)
+            entry.after = {k: result[k] for k in ("changes", "runtime_version", "message") if result.get(k) is not None}
+            return result
+
+    def _shown(self, statement: str) -> str:
+        """The statement as the audit trail keeps it: a secret variable's new value masked."""
+        if (set_match := SET.match(statement)) and (decl := self.store.variables.get(set_match.group(1))) and decl.secret:
+            return f"SET {set_match.group(1)} = '{MASK}'"
+        return audit.mask_sql(statement)
+
+    def _execute(self, statement: str, *, max_rows: int) -> dict[str, Any]:
         if not statement:
             raise InvalidArgument("empty statement")
         if verb := VERB.match(statement):
@@ -95,23 +127,42 @@ class AdminSQL:
         method = _VERB_ACTIONS.get((action.upper(), direction.upper(), layer.upper()))
         if method is None:
             raise InvalidArgument(f"{action} ... {direction} {layer} is not a verb; see LOAD/SAVE in the README")
-        result = getattr(self.store, method)(module)
-        out: dict[str, Any] = {
-            "ok": True,
-            "message": f"{action.upper()} {' '.join(module.upper().split())} {direction.upper()} {layer.upper()} done",
-        }
+        verb = f"{action.upper()} {' '.join(module.upper().split())} {direction.upper()} {layer.upper()}"
         if method == "load_to_runtime":
-            out["runtime_version"] = result
-        return out
+            version, warnings = self.store.load_to_runtime_warning(module)
+            message = f"{verb} done" if not warnings else f"{verb} done, with {len(warnings)} warning(s): {'; '.join(warnings)}"
+            return {"ok": True, "message": message, "runtime_version": version, "warnings": warnings}
+        getattr(self.store, method)(module)
+        return {"ok": True, "message": f"{verb} done"}
 
     # -- SQL under the authorizer ----------------------------------------------------------
     def _connection(self) -> apsw.Connection:
         conn = sqlite.connect(self.store.config_path)
         conn.execute("ATTACH DATABASE ? AS disk", (str(self.store.disk_path),))
-        secrets = ", ".join(f"'{n}'" for n in self.secret_variables) or "''"
-        masked = f"CASE WHEN variable_name IN ({secrets}) AND variable_value <> '' THEN '{MASK}' ELSE variable_value END"
-        for table in MASKED_VARIABLE_TABLES:
-            conn.execute(f"CREATE TEMP VIEW {table} AS SELECT variable_name, {masked} AS variable_value FROM main.{table}")
+        urls = {n for n in self.secret_variables if self.store.variables[n].kind == "url"}
+        secrets = ", ".join(f"'{n}'" for n in self.secret_variables if n not in urls) or "''"
+        url_secrets = ", ".join(f"'{n}'" for n in sorted(urls)) or "''"
+
+        def masked(prefix: str = "") -> str:
+            # A URL is masked whole here, but only when it carries credentials (user:password@, password=).
+            name, value = f"{prefix}variable_name", f"{prefix}variable_value"
+            return (
+                f"CASE WHEN {name} IN ({secrets}) AND {value} <> '' THEN '{MASK}'"
+                f" WHEN {name} IN ({url_secrets}) AND (instr({value}, '@') > 0"
+                f" OR instr(lower({value}), 'password=') > 0) THEN '{MASK}' ELSE {value} END"
+            )
+
+        # Where each runtime value comes from (ConfigStore.variable_origins), as a column of the runtime view.
+        conn.execute("CREATE TEMP TABLE variable_origin (variable_name TEXT PRIMARY KEY, origin TEXT NOT NULL)")
+        conn.executemany("INSERT INTO temp.variable_origin VALUES (?, ?)", list(self.store.variable_origins().items()))
+        conn.execute(
+            f"CREATE TEMP VIEW global_variables AS SELECT variable_name, {masked()} AS variable_value FROM main.global_variables"
+        )
+        conn.execute(
+            f"CREATE TEMP VIEW runtime_global_variables AS SELECT r.variable_name, {masked('r.')} AS variable_value, "
+            "COALESCE(o.origin, 'default') AS origin FROM main.runtime_global_variables r "
+            "LEFT JOIN temp.variable_origin o ON o.variable_name = r.variable_name"
+        )
         conn.execute(
             """
             CREATE TEMP TRIGGER gv_insert INSTEAD OF INSERT ON temp.global_variables BEGIN
@@ -145,6 +196,8 @@ class AdminSQL:
             if table in MASKED_VARIABLE_TABLES:
                 # Only through the masking TEMP views (or their triggers), never the base tables.
                 return apsw.SQLITE_OK if db == "temp" or inner is not None else apsw.SQLITE_DENY
+            if db == "temp" and table == "variable_origin":
+                return apsw.SQLITE_OK
             if db == "disk" and table == "global_variables":
                 return apsw.SQLITE_DENY
             readable = (
@@ -152,6 +205,7 @@ class AdminSQL:
                 or table in self.runtime_tables
                 or table.startswith("stats_")
                 or table in ("runtime_state", "sqlite_master", "sqlite_schema")
+                or table in ("mcp_audit_log", "mcp_tokens", "runtime_workers")  # read-only: never in memory_tables
             )
             return apsw.SQLITE_OK if readable else apsw.SQLITE_DENY
         if op in (apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE):

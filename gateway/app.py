@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,16 +23,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from gateway import auth, tls
+from gateway import auth, tls, workers
 from gateway.assembly import close_backends, handler_classes, open_store, share_backends
 from gateway.cluster import ClusterFollower
 from gateway.errors import GatewayError
+from gateway.evidence import EvidenceRecorder
+from gateway.host_guard import HostGuard
 from gateway.metrics import Metrics
 from gateway.protocol import Dispatcher, Endpoint
 from gateway.services import Services
 from gateway.tool_counters import ToolCounters
 from gateway.tools import ToolHandler
-from gateway.transport import McpTransport, not_found_body
+from gateway.transport import McpTransport, not_found_body, refusal_reply
 
 log = logging.getLogger("mcp_gateway")
 RUNTIME_POLL_S = 0.25
@@ -46,16 +49,22 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
     data_dir = Path(data_dir or os.environ.get("MCP_GATEWAY_DATA_DIR", "mcp-gateway-data")).resolve()
     store = open_store(data_dir)
     metrics = Metrics()
+    runtime = store.read_runtime()
     services = Services(
         data_dir=data_dir,
         store=store,
-        runtime=store.read_runtime(),
+        runtime=runtime,
         stats=ToolCounters(store),
         metrics=metrics,
         workers=int(os.environ.get("MCP_GATEWAY_WORKERS", "1")),
         port=int(os.environ.get("MCP_GATEWAY_PORT", "0")),
+        evidence=EvidenceRecorder(store, retention_s=runtime.var("mcp-evidence_retention_s")),
     )
+    services.host = os.environ.get("MCP_GATEWAY_HOST") or services.runtime.var("mcp-bind_address")
     share_backends(services)
+    for cls in handler_classes():
+        for collector in cls.scrape_collectors(data_dir, lambda: services.runtime):
+            metrics.add_collector(collector)
     handlers = [cls(services) for cls in handler_classes()]
     services.handlers = {h.endpoint: h for h in handlers}
     endpoints: dict[str, Endpoint] = {h.endpoint: Endpoint(h.endpoint, h) for h in handlers}
@@ -74,7 +83,12 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
                 endpoints[handler.endpoint] = Endpoint(handler.endpoint, handler, down_reason=handler.down_reason)
                 metrics.handler_up.labels(handler.endpoint).set(0)
         app.state.down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
+        await anyio.to_thread.run_sync(_export_certificate, services)
+        if services.result_cache is not None:
+            services.result_cache.start()  # its upkeep thread: hit bookkeeping, expiry, gauges
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
+        await anyio.to_thread.run_sync(metrics.refresh_totals)  # get_status's first snapshot
+        await anyio.to_thread.run_sync(workers.applied, store, services.runtime.version)
         follower = _cluster_follower(services)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
@@ -84,7 +98,8 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         if follower is not None:
             await anyio.to_thread.run_sync(follower.stop)
         metrics.flush()
-        await anyio.to_thread.run_sync(services.stats.flush)
+        await anyio.to_thread.run_sync(_flush_counters, services)
+        await anyio.to_thread.run_sync(workers.leave, store)
         for handler in handlers:
             with contextlib.suppress(Exception):
                 await handler.close()
@@ -113,19 +128,48 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
             {"status": "ok" if not down else "degraded", "down": down, "runtime_version": services.runtime.version}
         )
 
+    async def readyz(request: Request) -> Response:
+        """For load balancers and Kubernetes readiness: 503 while any endpoint's handler is down."""
+        down = {name: ep.down_reason for name, ep in endpoints.items() if ep.down_reason}
+        return JSONResponse({"ready": not down, "down": down}, 503 if down else 200)
+
     async def not_found(request: Request) -> Response:
         return Response(not_found_body(request.url.path, list(endpoints)), 404, media_type="application/json")
 
     app.add_route("/metrics", metrics_route, methods=["GET"])
     app.add_route("/healthz", healthz, methods=["GET"])
+    app.add_route("/readyz", readyz, methods=["GET"])
     app.add_route("/{path:path}", not_found, methods=["GET", "POST", "OPTIONS", "PUT", "DELETE", "PATCH", "HEAD"])
+
+    guards: list[tuple[object, HostGuard]] = []  # (runtime, its guard): rebuilt when the runtime changes
+
+    def guard() -> HostGuard:
+        runtime = services.runtime
+        if not guards or guards[0][0] is not runtime:
+            variables = runtime.variables
+            guards[:] = [(runtime, HostGuard(services.host, variables["mcp-allowed_hosts"], variables["mcp-allowed_origins"]))]
+        return guards[0][1]
 
     async def gateway_app(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")  # `/mcp/<name>`, one non-empty segment: the transport's
-        if path.startswith("/mcp/") and len(path) > 5 and path.find("/", 5) == -1 and scope["type"] == "http":
-            await transport(scope, receive, send)
-        else:
-            await app(scope, receive, send)
+        if scope["type"] == "http":
+            host = origin = None
+            for name, value in scope["headers"]:  # before anything else, on every path (gateway.host_guard)
+                if name == b"host":
+                    host = value
+                elif name == b"origin":
+                    origin = value
+            refusal = guard().refusal(host, origin)
+            if refusal is not None:
+                name = path[5:] if path.startswith("/mcp/") and path[5:] in endpoints else "other"
+                metrics.count(metrics.host_origin_refusals, name, refusal.reason)
+                log.warning("refused a request to %s: %s", path[:100], refusal.message)
+                await refusal_reply(refusal.status, refusal.message).send(send)
+                return
+            if path.startswith("/mcp/") and len(path) > 5 and path.find("/", 5) == -1:
+                await transport(scope, receive, send)
+                return
+        await app(scope, receive, send)
 
     return gateway_app
 
@@ -146,12 +190,18 @@ def _cluster_follower(services: Services) -> ClusterFollower | None:
 
 
 async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> None:
-    """Poll runtime_state.version; on change swap the snapshot and tell the pools, handlers and TLS."""
+    """Poll runtime_state.version; on change swap the snapshot and tell the pools, handlers and TLS.
+    Carry out cache flush requests (gateway.workers) on the same poll."""
     store = services.store
     services.metrics.runtime_version.set(services.runtime.version)
+    flushed = await anyio.to_thread.run_sync(workers.flushed_upto, store)  # where applied() started this worker
     while True:
         await asyncio.sleep(RUNTIME_POLL_S)
         try:
+            if await anyio.to_thread.run_sync(workers.latest_flush, store) > flushed:  # admin_flush_cache
+                flushed = await anyio.to_thread.run_sync(
+                    functools.partial(workers.carry_out_flushes, store, services.cache_flushers, after=flushed)
+                )
             version = await anyio.to_thread.run_sync(store.runtime_version)
             if version == services.runtime.version:
                 continue
@@ -162,6 +212,11 @@ async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> No
                     await anyio.to_thread.run_sync(services.targets.update, new)
                 except Exception:
                     log.exception("the target pools could not apply runtime %s", new.version)
+            if services.result_cache is not None:
+                try:  # new limits or store; drops the entries of targets whose profile changed
+                    await anyio.to_thread.run_sync(services.result_cache.on_runtime_change, new)
+                except Exception:
+                    log.exception("the result cache could not apply runtime %s", new.version)
             for handler in handlers:
                 try:
                     await anyio.to_thread.run_sync(handler.on_runtime_change, old, new)
@@ -169,11 +224,28 @@ async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> No
                     log.exception("/mcp/%s could not apply runtime %s", handler.endpoint, new.version)
             if tls.ACTIVE_CONTEXTS:
                 cert, key = tls.resolve_material(services.data_dir, new.var("mcp-ssl_cert"), new.var("mcp-ssl_key"))
-                await anyio.to_thread.run_sync(tls.reload_contexts, cert, key)
+                # On the loop, not in a thread: handshakes run on the loop, and load_cert_chain
+                # sets the certificate and then the key, so a handshake between the two (from a
+                # thread) failed. Two small PEM files: well under a millisecond.
+                tls.reload_contexts(cert, key)
+                await anyio.to_thread.run_sync(_export_certificate, services)
+            await anyio.to_thread.run_sync(workers.applied, store, new.version)  # a waiting LOAD may answer now
             services.metrics.runtime_version.set(new.version)
             log.info("runtime version %s applied", new.version)
         except Exception:
             log.exception("following the runtime failed; retrying")
+
+
+def _export_certificate(services: Services) -> None:
+    """mcp_gateway_tls_certificate_not_after_seconds of the certificate this worker serves."""
+    if not tls.ACTIVE_CONTEXTS:
+        return
+    runtime = services.runtime
+    try:
+        cert, _ = tls.resolve_material(services.data_dir, runtime.var("mcp-ssl_cert"), runtime.var("mcp-ssl_key"))
+        services.metrics.tls_not_after.set(tls.certificate_not_after(cert))
+    except (OSError, ValueError):
+        log.warning("cannot read the certificate's expiry for the metrics", exc_info=True)
 
 
 async def _flush_stats(services: Services) -> None:
@@ -186,7 +258,21 @@ async def _flush_stats(services: Services) -> None:
             except Exception:
                 log.exception("folding metrics failed; retrying")
         try:
-            await anyio.to_thread.run_sync(services.stats.flush)
+            await anyio.to_thread.run_sync(_flush_counters, services)
             services.metrics.sample_process()
+            if services.targets is not None:
+                services.metrics.sample_pools(services.targets.stats())
+            await anyio.to_thread.run_sync(services.metrics.refresh_totals)  # get_status reads this snapshot
         except Exception:
             log.exception("flushing tool statistics failed; retrying")
+
+
+def _flush_counters(services: Services) -> None:
+    """The tool counters and the evidence, into config.db (about once a second, and at shutdown)."""
+    services.stats.flush()
+    services.token_use.flush(services.store)
+    if services.sql is not None:  # digests and rule hits, also when every call was a cache hit
+        services.sql.flush_due()
+    if services.evidence is not None:
+        services.evidence.retention_s = services.runtime.var("mcp-evidence_retention_s")
+        services.evidence.flush()

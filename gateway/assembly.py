@@ -9,16 +9,24 @@ handlers (`share_backends`).
 
 from __future__ import annotations
 
+import functools
+import logging
 from pathlib import Path
 
+from backends import readonly
 from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
 from backends.pools import TargetPools
+from backends.result_cache import ResultCache
+from backends.result_cache.embedded import EmbeddedStore
+from backends.result_cache.store import StoreUnavailable
 from backends.sql import ReadOnlySql
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore
 from gateway.tools import ToolHandler
 from gateway.variables import Variable, all_variables
 from handlers import HANDLER_CLASSES
+
+log = logging.getLogger("mcp_gateway")
 
 
 def handler_classes() -> tuple[type[ToolHandler], ...]:
@@ -47,16 +55,38 @@ def open_store(data_dir: Path) -> ConfigStore:
     return store
 
 
+def prepare_backends(data_dir: Path) -> None:
+    """What the serving parent process does once, before any worker starts: empty the embedded
+    result cache (results from before a restart are not trusted; a Redis store is left alone,
+    other instances share it)."""
+    EmbeddedStore.reset(data_dir)
+
+
 def share_backends(services: Services) -> None:
-    """Build what every endpoint reaching a database shares: the target pools and the read-only
-    SQL path over them. Before any handler is constructed; the app closes them after the last."""
+    """Build what every endpoint reaching a database shares: the target pools, the query result
+    cache and the read-only SQL path over both. Before any handler is constructed; the app
+    starts the cache's upkeep when it serves, and closes them all after the last handler."""
     services.targets = TargetPools(services.runtime)
-    services.sql = ReadOnlySql(services.targets, services.store)
+    services.result_cache = ResultCache(services.data_dir, services.runtime, services.metrics)
+    services.sql = ReadOnlySql(services.targets, services.store, cache=services.result_cache, evidence=services.evidence)
+    services.cache_flushers["readonly_shapes"] = lambda _target_id: readonly.clear_caches()
+    services.cache_flushers["query_results"] = functools.partial(_clear_results, services.result_cache)
+
+
+def _clear_results(cache: ResultCache, target_id: str | None) -> int:
+    """admin_flush_cache's query_results, in each worker (the store is shared: the first drops the entries)."""
+    try:
+        return cache.clear(target_id=target_id)
+    except StoreUnavailable:  # Redis is down: nothing is served from it meanwhile, and the runtime follower must go on
+        log.warning("admin_flush_cache: the result cache store is unavailable; its entries were not flushed")
+        return 0
 
 
 def close_backends(services: Services) -> None:
     if services.sql is not None:
         services.sql.close()  # pending digests and rule hits first
+    if services.result_cache is not None:
+        services.result_cache.close()
     if services.targets is not None:
         services.targets.close()
 

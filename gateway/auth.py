@@ -34,17 +34,19 @@ def presented_token(authorization: str | None, query: Mapping[str, str], *, allo
     return None, "missing"
 
 
-def check_endpoint(endpoint: str, authorization: str | None, query: Mapping[str, str], runtime: Runtime) -> str | None:
-    """None when the caller may use the endpoint, else the failure reason (a metric label).
-    `authorization` is the Authorization header's value, if sent."""
+def check_endpoint(
+    endpoint: str, authorization: str | None, query: Mapping[str, str], runtime: Runtime
+) -> tuple[str | None, str]:
+    """(None, the token presented) when the caller may use the endpoint, else (the failure
+    reason, a metric label, ""). `authorization` is the Authorization header's value, if sent."""
     variables = runtime.variables  # Runtime.var, minus a call per lookup: this runs on every request
     accepted: tuple[str, ...] = variables[f"mcp-{endpoint}_endpoint_auth"]
     if not accepted:
-        return "no_token_configured"
+        return "no_token_configured", ""
     token, how = presented_token(authorization, query, allow_query=variables["mcp-allow_query_token"])
     if token is None:
-        return how
-    return None if token_matches(token, accepted) else "invalid_token"
+        return how, ""
+    return (None, token) if token_matches(token, accepted) else ("invalid_token", "")
 
 
 def check_metrics(authorization: str | None, runtime: Runtime) -> bool:

@@ -25,7 +25,8 @@ class CallContext:
     runtime: Runtime
     deadline: float  # time.monotonic() value after which the call is abandoned
     protocol_version: str = ""
-    client: str = ""
+    client: str = ""  # the caller's address
+    token_fingerprint: str = ""  # of the token the caller was admitted with (gateway.tokens)
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

@@ -2,6 +2,8 @@
 
 mcp-gateway serve [--config FILE] [--data-dir DIR] [--workers N] [--port P] [--host H]
 mcp-gateway admin "<statement>" [--data-dir DIR]
+mcp-gateway backup DEST [--data-dir DIR] | restore BACKUP [--data-dir DIR] [--force]
+mcp-gateway healthcheck [--data-dir DIR] [--ready]
 mcp-gateway variables | tools | docs
 and what each handler adds (ToolHandler.add_cli), e.g. mcp-gateway rag sync [--source NAME]
 """
@@ -13,11 +15,16 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DATA_DIR = "mcp-gateway-data"
+from uvicorn.supervisors import Multiprocess
+
+from gateway.run_files import DEFAULT_DATA_DIR
+
 log = logging.getLogger("mcp_gateway")
 
 
@@ -57,10 +64,10 @@ def _banner(prepared: Any, *, scheme: str, host: str, port: int, cert: Path | No
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     from gateway import tls
     from gateway.errors import ConfigError
+    from gateway.run_files import write_run_file
     from gateway.startup import prepare
 
     data_dir = Path(args.data_dir).resolve()
@@ -81,6 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.warning("mcp-use_ssl=false: serving PLAIN HTTP. Bearer tokens cross the network in clear text.")
         log.warning("!" * 72)
 
+    environ = dict(os.environ)  # as prepare() saw it: a SIGHUP applies the same overrides again
     # Metrics of every worker go to files here; a fresh directory per run drops dead workers' samples.
     metrics_dir = data_dir / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -105,35 +113,122 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     sock = config.bind_socket()
     bound_port = sock.getsockname()[1]
-    os.environ["MCP_GATEWAY_PORT"] = str(bound_port)
+    served = {"mcp-port": (str(bound_port), args.port), "mcp-bind_address": (host, args.host)}
+    overrides = {name: (value, "command line") for name, (value, given) in served.items() if given is not None}
+    if overrides:  # the runtime shows what is served, and why (global_variables' origin column)
+        prepared.store.set_overrides(overrides)
+        prepared.store.load_to_runtime("MCP VARIABLES")
+    os.environ.update(MCP_GATEWAY_PORT=str(bound_port), MCP_GATEWAY_HOST=host)
     state_file = data_dir / "gateway.json"
     state_file.write_text(json.dumps({"pid": os.getpid(), "port": bound_port, "host": host, "use_ssl": use_ssl}))
+    run_file = write_run_file(data_dir=data_dir, port=bound_port, host=host, use_ssl=use_ssl)  # found from anywhere
     print(_banner(prepared, scheme="https" if use_ssl else "http", host=host, port=bound_port, cert=cert), flush=True)
-    if runtime.var("mcp-metrics_port"):
-        from prometheus_client import start_http_server
-
-        from gateway.metrics import multiprocess_registry
-
-        start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=multiprocess_registry())
     from gateway.assembly import handler_classes
 
+    if runtime.var("mcp-metrics_port"):
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from gateway.metrics import SharedStateCollector
+
+        collectors = [c for cls in handler_classes() for c in cls.scrape_collectors(data_dir, prepared.store.read_runtime)]
+        registry = CollectorRegistry()
+        registry.register(SharedStateCollector(collectors))
+        start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=registry)
+    from gateway.assembly import prepare_backends
+
+    prepare_backends(data_dir)  # before any worker opens them
     for cls in handler_classes():  # jobs the parent runs beside the workers (the demo corpus on first start)
         cls.before_serve(args, data_dir=data_dir, store=prepared.store, first_start=prepared.fresh)
+
+    from gateway.reload import certificate_identity, reload_from_disk
+
+    certificate = {"served": certificate_identity(data_dir, runtime)}
+
+    def reload() -> None:  # SIGHUP: gateway/reload.py
+        try:
+            report = reload_from_disk(prepared.store, environ, certificate_before=certificate["served"])
+            certificate["served"] = report.certificate_now
+        except Exception:  # a reload must never take the gateway down
+            log.exception("SIGHUP: reloading from disk failed; the runtime is unchanged")
+
+    # uvicorn re-raises the SIGTERM it handled once it has shut down; the default action would end
+    # the process before the `finally` below removes the state and run files. Exit normally instead.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     try:
         if args.workers > 1:
-            Multiprocess(config, sockets=[sock]).run()
+            from gateway.metrics import worker_restarts_counter
+
+            _Supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
         else:
+            # One process serves: reload in a thread (the event loop keeps serving). Without a
+            # handler, SIGHUP's default action would end the process.
+            signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=reload, name="sighup").start())
             uvicorn.Server(config).run(sockets=[sock])
     finally:
         state_file.unlink(missing_ok=True)
+        run_file.unlink(missing_ok=True)
     return 0
+
+
+class _Supervisor(Multiprocess):
+    """uvicorn's worker supervisor, with two changes: SIGHUP reloads from disk instead of
+    restarting every worker (a restart would drop the in-memory ANN index and cached pools),
+    and each worker it replaces is counted in mcp_gateway_worker_restarts_total."""
+
+    def __init__(self, config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) -> None:
+        super().__init__(config, sockets)
+        self.on_hup, self.restarts = on_hup, restarts
+
+    def handle_hup(self) -> None:
+        log.info("Received SIGHUP: reloading certificates and every module from disk")
+        self.on_hup()
+
+    def keep_subprocess_alive(self) -> None:
+        before = list(self.processes)
+        super().keep_subprocess_alive()
+        replaced = sum(1 for old, new in zip(before, self.processes) if old is not new)
+        if replaced:
+            self.restarts.inc(replaced)
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from gateway.backup import backup
+    from gateway.errors import GatewayError
+
+    try:
+        manifest = backup(Path(args.data_dir).resolve(), Path(args.destination))
+    except (GatewayError, OSError) as exc:
+        print(f"mcp-gateway backup: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    print(json.dumps(manifest, indent=2))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from gateway.backup import restore
+    from gateway.errors import GatewayError
+
+    try:
+        result = restore(Path(args.backup), Path(args.data_dir).resolve(), force=args.force)
+    except (GatewayError, OSError) as exc:
+        print(f"mcp-gateway restore: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    from gateway.healthcheck import main as healthcheck
+
+    return healthcheck(["--data-dir", str(Path(args.data_dir).resolve()), *(["--ready"] if args.ready else [])])
 
 
 def cmd_admin(args: argparse.Namespace) -> int:
     from gateway.admin_client import run_admin_statement
+    from gateway.run_files import locate_data_dir
 
     try:
-        result = run_admin_statement(Path(args.data_dir).resolve(), args.statement)
+        result = run_admin_statement(locate_data_dir(args.data_dir), args.statement)
     except Exception as exc:  # noqa: BLE001 - the CLI prints the error and exits non-zero
         print(f"mcp-gateway admin: {exc}", file=sys.stderr)
         return 1
@@ -158,14 +253,14 @@ def variables_table() -> str:
 
 def tools_table() -> str:
     from gateway.assembly import handler_classes
+    from gateway.tools import first_sentence
 
     lines = ["| endpoint | tool | read-only | what it does |", "|---|---|---|---|"]
     for cls in handler_classes():
         if not cls.tools:
             lines.append(f"| `/mcp/{cls.endpoint}` | (none yet) | | {cls.title} |")
         for spec in cls.tools.values():
-            paragraph = " ".join(spec.description.split("\n\n")[0].split())
-            summary = paragraph.split(". ")[0].rstrip(".") + "."
+            summary = first_sentence(spec.description)
             lines.append(
                 f"| `/mcp/{cls.endpoint}` | `{spec.name}` | {'yes' if spec.annotations['readOnlyHint'] else 'no'} | {summary} |"
             )
@@ -208,19 +303,43 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the HTTPS server")
-    serve.add_argument("--config", help="bootstrap TOML file: seeds the disk layer on first start")
+    serve.add_argument(
+        "--config",
+        default=os.environ.get("MCP_GATEWAY_CONFIG") or None,
+        help="bootstrap TOML file: seeds the disk layer on first start (default: $MCP_GATEWAY_CONFIG)",
+    )
     serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     serve.add_argument("--reload-config", action="store_true", help="re-seed the disk layer from --config")
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--workers", type=int, default=int(os.environ.get("MCP_GATEWAY_WORKERS") or 1), help="default: $MCP_GATEWAY_WORKERS or 1"
+    )
     serve.add_argument("--port", type=int, help="override mcp-port (0 picks a free port)")
     serve.add_argument("--host", help="override mcp-bind_address")
     for cls in handler_classes():
         cls.add_serve_options(serve)
     serve.set_defaults(func=cmd_serve)
 
+    backup = sub.add_parser("backup", help="copy the data directory's databases and TLS files, online (SQLite backup API)")
+    backup.add_argument("destination", help="a new or empty directory")
+    backup.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    backup.set_defaults(func=cmd_backup)
+
+    restore = sub.add_parser("restore", help="put a backup into a data directory no gateway is serving")
+    restore.add_argument("backup", help="a directory made by mcp-gateway backup")
+    restore.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    restore.add_argument("--force", action="store_true", help="replace the databases and TLS files of a non-empty data directory")
+    restore.set_defaults(func=cmd_restore)
+
+    health = sub.add_parser("healthcheck", help="exit 0 when the gateway serving the data directory answers /healthz")
+    health.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    health.add_argument("--ready", action="store_true", help="ask /readyz: fails while a handler is down")
+    health.set_defaults(func=cmd_healthcheck)
+
     admin = sub.add_parser("admin", help="run an admin statement (running gateway, else the data directory)")
     admin.add_argument("statement")
-    admin.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    admin.add_argument(
+        "--data-dir", help=f"default: ./{DEFAULT_DATA_DIR} if it exists, else the running gateway's (found by its run file)"
+    )
     admin.set_defaults(func=cmd_admin)
 
     variables = sub.add_parser("variables", help="the declared variables as a Markdown table")
@@ -233,8 +352,14 @@ def build_parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", help="list every endpoint's tools as a Markdown table")
     tools.set_defaults(func=cmd_tools)
 
+    def open_existing_store(given: str | None) -> Any:
+        """The config store of an existing data directory (gateway.run_files.locate_data_dir): never creates one."""
+        from gateway.run_files import locate_data_dir
+
+        return open_store(locate_data_dir(given))
+
     for cls in handler_classes():
-        cls.add_cli(sub, open_store=open_store, default_data_dir=DEFAULT_DATA_DIR)
+        cls.add_cli(sub, open_store=open_existing_store)
     return parser
 
 

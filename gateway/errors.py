@@ -5,6 +5,7 @@
      +-- LimitExceeded           LIMIT_EXCEEDED     a cap refused the request outright
      +-- NotFound                NOT_FOUND          a named thing does not exist
      +-- Unauthorized            UNAUTHORIZED       missing or wrong credentials
+     +-- PermissionDenied        PERMISSION_DENIED  known caller, not allowed (a backend account lacks a privilege, a guard variable is off)
      +-- Unavailable             UNAVAILABLE        a backend, model or handler is down
      +-- DeadlineExceeded        DEADLINE_EXCEEDED  the call ran past its deadline
      +-- ConfigError             INVALID_ARGUMENT   an admin edit failed validation
@@ -49,6 +50,10 @@ class NotFound(GatewayError):
 
 class Unauthorized(GatewayError):
     code = "UNAUTHORIZED"
+
+
+class PermissionDenied(GatewayError):
+    code = "PERMISSION_DENIED"
 
 
 class Unavailable(GatewayError):

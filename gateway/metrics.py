@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import os
 import resource
 import time
@@ -27,7 +28,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from gateway.pids import pid_alive
@@ -65,6 +66,14 @@ def reap_dead_workers() -> None:
     return True
 
 
+def use_shared_files() -> None:
+    """Make metrics created from now on write to PROMETHEUS_MULTIPROC_DIR. prometheus_client
+    chooses memory or shared files once, when first imported, and `serve` imports it (through
+    the handlers, for the command line) before it sets the directory."""
+    if multiprocess_dir() and values.ValueClass.__name__ != "MmapedValue":
+        values.ValueClass = values.MultiProcessValue()
+
+
 def multiprocess_registry() -> CollectorRegistry:
     """Reads every worker's files; creates no metrics of its own (safe in the parent process)."""
     reap_dead_workers()
@@ -73,8 +82,35 @@ def multiprocess_registry() -> CollectorRegistry:
     return registry
 
 
+class SharedStateCollector:
+    """What the parent serves on mcp-metrics_port: every worker's files (dead workers' live
+    gauges dropped at each scrape) plus the handlers' scrape-time collectors."""
+
+    def __init__(self, collectors: list[Any]) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Any]:
+        reap_dead_workers()
+        yield from MultiProcessCollector(None, path=multiprocess_dir()).collect()
+        for collector in self.collectors:
+            yield from collector.collect()
+
+
+def worker_restarts_counter() -> Counter:
+    """The supervisor's count of workers it replaced (created in the parent process, which
+    writes it to the shared directory like a worker; exported from 0 on, so increase() sees the
+    first restart)."""
+    use_shared_files()
+    return Counter(
+        "mcp_gateway_worker_restarts",
+        "Worker processes that died (crash, OOM kill, missed health ping) and were replaced.",
+        registry=CollectorRegistry(),
+    )
+
+
 class Metrics:
     def __init__(self) -> None:
+        use_shared_files()
         self.registry = CollectorRegistry()
         r = self.registry
         self.operation_duration = Histogram(
@@ -98,6 +134,12 @@ class Metrics:
         )
         self.auth_failures = Counter(
             "mcp_gateway_auth_failures", "Refused bearer checks by endpoint and reason.", ["endpoint", "reason"], registry=r
+        )
+        self.host_origin_refusals = Counter(
+            "mcp_gateway_host_origin_refusals",
+            "Requests refused for their Host (421) or Origin (403) header: DNS rebinding protection.",
+            ["endpoint", "reason"],
+            registry=r,
         )
         self.auth_failures_by_client = Counter(
             "mcp_gateway_auth_failures_by_client",
@@ -141,6 +183,64 @@ class Metrics:
             "mcp_gateway_process_start_time_seconds", "Start time of each worker.", multiprocess_mode="liveall", registry=r
         )
         self.start_time.set(time.time())  # workers.set(1) waits until the worker is serving
+        self.tls_not_after = Gauge(
+            "mcp_gateway_tls_certificate_not_after_seconds",
+            "Expiry (Unix time) of the TLS certificate served; the earliest across workers.",
+            multiprocess_mode="livemin",
+            registry=r,
+        )
+        # Backend pools, per worker and summed: each worker has its own pool per target.
+        self.pool_connections = Gauge(
+            "mcp_gateway_pool_connections",
+            "Open backend connections by target and state (in_use, idle), summed over workers.",
+            ["target_id", "state"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.pool_max = Gauge(
+            "mcp_gateway_pool_max_connections",
+            "Most backend connections per target (mcp-query_pool_max times the workers).",
+            ["target_id"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.pool_waiting = Gauge(
+            "mcp_gateway_pool_waiting",
+            "Calls waiting for a backend connection, by target.",
+            ["target_id"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.pool_timeouts = Counter(
+            "mcp_gateway_pool_timeouts",
+            "Calls that gave up waiting for a backend connection (UNAVAILABLE after mcp-query_pool_timeout_ms).",
+            ["target_id"],
+            registry=r,
+        )
+        self._pool_targets: set[str] = set()
+        self._pool_timeouts_seen: dict[str, int] = {}  # target_id -> its pool's timeouts already counted
+        self._collectors: list[Any] = []  # scrape-time collectors (handlers.rag.metrics)
+        # The query result cache (backends/result_cache). Names are a contract with deploy/'s dashboard.
+        self.cache_hits = Counter(
+            "mcp_cache_hits", "Query result cache lookups answered from the cache.", ["target_id"], registry=r
+        )
+        self.cache_misses = Counter(
+            "mcp_cache_misses", "Query result cache lookups that found nothing fresh.", ["target_id"], registry=r
+        )
+        self.cache_evictions = Counter(
+            "mcp_cache_evictions",
+            "Cached results dropped, by reason: max_entries, max_bytes, expired, invalidated, cleared, profile_changed.",
+            ["target_id", "reason"],
+            registry=r,
+        )
+        # The store is shared (by the workers, or by the instances with Redis): every worker reports
+        # the same totals, so the most recent report is the value (several instances: take the max).
+        self.cache_entries = Gauge(
+            "mcp_cache_entries", "Results in the query result cache.", multiprocess_mode="mostrecent", registry=r
+        )
+        self.cache_bytes = Gauge(
+            "mcp_cache_bytes", "Bytes of results in the query result cache.", multiprocess_mode="mostrecent", registry=r
+        )
         self._clients: OrderedDict[str, None] = OrderedDict()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Per-request updates are events appended on the event loop and folded into the metrics
@@ -149,6 +249,7 @@ class Metrics:
         self._tool_calls: deque[tuple[str, str, str, str, float]] = deque()
         self._others: deque[tuple[Any, tuple[str, ...], float, bool]] = deque()  # count and observe
         self._inflight: dict[str, int] = {}
+        self._totals_snapshot: tuple[float, dict[str, float]] | None = None  # refresh_totals
 
     # -- per-request updates, folded in by flush() ----------------------------------------
     def count(self, metric: Counter, *labels: str, amount: float = 1.0) -> None:
@@ -225,6 +326,13 @@ class Metrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
+    def counter(self, name: str, help: str, labels: list[str]) -> Counter:
+        """A counter an endpoint declares for itself (e.g. mcp_ai_anomalies), once per registry.
+        Through here, not prometheus_client directly: the multiprocess mode is fixed when
+        prometheus_client is first imported, which must happen after the CLI set its directory."""
+        found = self.registry._names_to_collectors.get(name)
+        return found if found is not None else Counter(name, help, labels, registry=self.registry)
+
     def auth_failed(self, endpoint: str, reason: str, client: str) -> None:
         self.auth_failures.labels(endpoint, reason).inc()
         if client not in self._clients and len(self._clients) >= MAX_CLIENT_LABELS:
@@ -232,16 +340,68 @@ class Metrics:
         self._clients[client] = None
         self.auth_failures_by_client.labels(client).inc()
 
+    # -- the query result cache (backends.result_cache.cache.CacheMetrics) -------------------
+    def cache_lookup(self, target_id: str, hit: bool) -> None:
+        self.count(self.cache_hits if hit else self.cache_misses, target_id)
+
+    def cache_evicted(self, evicted: dict[tuple[str, str], int]) -> None:
+        for (target_id, reason), n in evicted.items():
+            self.count(self.cache_evictions, target_id, reason, amount=n)
+
+    def cache_totals(self, entries: int, size: int) -> None:
+        self.cache_entries.set(entries)
+        self.cache_bytes.set(size)
+
     def sample_process(self) -> None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         self.resident_memory.set(usage.ru_maxrss * 1024)
         self.cpu_seconds.set(usage.ru_utime + usage.ru_stime)
 
+    def sample_pools(self, pools: list[dict[str, Any]]) -> None:
+        """Set the pool gauges from `TargetPools.stats()` (once a second); a target that went
+        away loses its series."""
+        targets = set()
+        for entry in pools:
+            target = entry["target_id"]
+            targets.add(target)
+            self.pool_connections.labels(target, "in_use").set(entry["in_use"])
+            self.pool_connections.labels(target, "idle").set(entry["idle"])
+            self.pool_max.labels(target).set(entry["max_size"])
+            self.pool_waiting.labels(target).set(entry["waiting"])
+            # The pool counts its timeouts since it was built; a rebuilt pool starts again at 0.
+            seen = self._pool_timeouts_seen.get(target, 0)
+            new = entry["timeouts"] - seen if entry["timeouts"] >= seen else entry["timeouts"]
+            self.pool_timeouts.labels(target).inc(new)
+            self._pool_timeouts_seen[target] = entry["timeouts"]
+        for gone in self._pool_targets - targets:
+            for metric, labels in (
+                (self.pool_connections, (gone, "in_use")),
+                (self.pool_connections, (gone, "idle")),
+                (self.pool_max, (gone,)),
+                (self.pool_waiting, (gone,)),
+            ):
+                with contextlib.suppress(KeyError):
+                    metric.remove(*labels)
+            self._pool_timeouts_seen.pop(gone, None)
+        self._pool_targets = targets
+
+    def add_collector(self, collector: Any) -> None:
+        """A collector evaluated when /metrics is scraped, by whichever worker answers: for
+        numbers every worker reads alike from shared state (the RAG index in rag.db)."""
+        self._collectors.append(collector)
+        if not multiprocess_dir():
+            self.registry.register(collector)
+
     def collecting_registry(self) -> CollectorRegistry:
         """The registry whose collection covers every worker."""
         self.flush()
         reap_dead_workers()
-        return multiprocess_registry() if multiprocess_dir() else self.registry
+        if not multiprocess_dir():
+            return self.registry
+        registry = multiprocess_registry()
+        for collector in self._collectors:
+            registry.register(collector)
+        return registry
 
     def exposition(self) -> bytes:
         return generate_latest(self.collecting_registry())
@@ -262,6 +422,20 @@ class Metrics:
                 elif sample.name == "mcp_gateway_workers":
                     out["workers"] += sample.value
         return out
+
+    def refresh_totals(self) -> None:
+        """Take a snapshot of `totals()` for get_status. The app does this once a second in a
+        thread: collecting every worker's files costs milliseconds, which get_status (the tool
+        health checkers poll) paid on each call, ~15x a get_config."""
+        totals = self.totals()
+        self._totals_snapshot = (time.time(), totals)
+
+    def totals_snapshot(self) -> tuple[float, dict[str, float]]:
+        """(when it was taken, the totals) of the latest snapshot; taken now if there is none yet."""
+        if self._totals_snapshot is None:
+            self.refresh_totals()
+        assert self._totals_snapshot is not None
+        return self._totals_snapshot
 
     def samples(self, prefix: str = "") -> list[dict[str, object]]:
         rows = []

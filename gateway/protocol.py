@@ -32,6 +32,7 @@ from gateway.errors import (
     ProtocolError,
     Unavailable,
 )
+from gateway.tokens import fingerprint
 from gateway.tools import error_result
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class Envelope(NamedTuple):  # a tuple: built once per request, cheaper than a f
     header_version: str | None  # MCP-Protocol-Version, if sent
     headers: Mapping[bytes, bytes]  # as the ASGI scope has them: names lowercased, not decoded
     client: str
+    token: str = ""  # the bearer token the caller was admitted with
 
 
 def _b64_header(value: str | None) -> str | None:
@@ -87,10 +89,7 @@ class Dispatcher:
             "tools/list": self._tools_list,
             "tools/describe": self._tools_describe,
             "tools/call": self._tools_call,
-            "prompts/list": self._empty("prompts"),
-            "resources/list": self._empty("resources"),
-            "resources/templates/list": self._empty("resourceTemplates"),
-        }
+        }  # no prompts or resources: they are not advertised, and their methods are -32601 like any other
 
     # -- entry point -----------------------------------------------------------------------
     async def dispatch(self, message: Any, env: Envelope) -> dict[str, Any] | None:
@@ -129,9 +128,12 @@ class Dispatcher:
         elif method_label == "tools/call" and answer is not None:
             result = answer["result"]
             tool = env.endpoint.handler.find_tool(message["params"]["name"]).name  # it ran: the name resolves
-            tool_outcome = result["structuredContent"]["error"]["code"] if result["isError"] else "ok"
+            content = result["structuredContent"]
+            tool_outcome = content["error"]["code"] if result["isError"] else "ok"
             metrics.tool_call(endpoint, tool, tool_outcome, version, seconds)
             services.stats.record(endpoint, tool, seconds, ok=tool_outcome == "ok")
+            if services.evidence is not None:
+                services.evidence.call(endpoint, tool, outcome=tool_outcome, truncated=content.get("truncated") is True)
             return answer
         else:
             outcome = "ok"
@@ -202,7 +204,7 @@ class Dispatcher:
 
     # -- methods ---------------------------------------------------------------------------
     def _capabilities(self) -> dict[str, Any]:
-        return {"tools": {"listChanged": False}, "prompts": {"listChanged": False}, "resources": {"listChanged": False}}
+        return {"tools": {"listChanged": False}}  # only what is served
 
     def _server_info(self, env: Envelope) -> dict[str, Any]:
         return {"name": f"mcp-gateway/{env.endpoint.name}", "title": f"MCP Gateway: {env.endpoint.name}", "version": __version__}
@@ -229,15 +231,6 @@ class Dispatcher:
 
     async def _ping(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         return {}
-
-    def _empty(self, key: str) -> Callable[[dict[str, Any], Envelope, str], Awaitable[dict[str, Any]]]:
-        async def empty(params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
-            result: dict[str, Any] = {key: []}
-            if version in MODERN_VERSIONS:
-                result.update(ttlMs=LIST_TTL_MS, cacheScope="private")
-            return result
-
-        return empty
 
     async def _tools_list(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         runtime = self.services.runtime
@@ -272,7 +265,13 @@ class Dispatcher:
             raise ProtocolError(INVALID_PARAMS, "arguments must be an object")
         if env.endpoint.down_reason:
             return error_result(Unavailable(f"/mcp/{env.endpoint.name} is unavailable: {env.endpoint.down_reason}"))
-        ctx = handler.context(spec, self.services.runtime, protocol_version=version, client=env.client)
+        ctx = handler.context(
+            spec,
+            self.services.runtime,
+            protocol_version=version,
+            client=env.client,
+            token_fingerprint=fingerprint(env.token) if env.token else "",
+        )
         return await handler.execute_tool(spec, arguments, ctx)
 
 

@@ -21,6 +21,7 @@ class Runtime:
     variables: Mapping[str, Any]  # typed values, every declared variable present
     tables: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)  # runtime_* rows
     declarations: Mapping[str, Variable] = field(default_factory=dict)
+    origins: Mapping[str, str] = field(default_factory=dict)  # per variable: ConfigStore.variable_origins
 
     def var(self, name: str) -> Any:
         return self.variables[name]
@@ -34,6 +35,8 @@ def build_runtime(
     raw_variables: Mapping[str, str],
     tables: Mapping[str, list[dict[str, Any]]],
     declarations: Mapping[str, Variable],
+    *,
+    origins: Mapping[str, str] | None = None,
 ) -> Runtime:
     """Type every variable (validation errors propagate as ConfigError) and freeze the result."""
     typed = {name: decl.parse(raw_variables.get(name)) for name, decl in declarations.items()}
@@ -42,4 +45,5 @@ def build_runtime(
         variables=MappingProxyType(typed),
         tables=MappingProxyType({name: tuple(rows) for name, rows in tables.items()}),
         declarations=declarations,
+        origins=MappingProxyType(dict(origins or {})),
     )

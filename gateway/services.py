@@ -11,20 +11,23 @@ never through handlers.rag's modules.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
+from gateway.tokens import TokenUse
 
 if TYPE_CHECKING:
     import apsw
     import numpy as np
 
     from backends.pools import TargetPools
+    from backends.result_cache import ResultCache
     from backends.sql import ReadOnlySql
+    from gateway.evidence import EvidenceRecorder
     from gateway.metrics import Metrics
     from gateway.tool_counters import ToolCounters
 
@@ -80,10 +83,17 @@ class Services:
     metrics: Metrics
     workers: int = 1
     port: int = 0
+    host: str = ""  # the address the listener is bound to (mcp-bind_address or --host)
     started_at: float = field(default_factory=time.time)
     handlers: dict[str, EndpointState] = field(default_factory=dict)  # every endpoint, by name
     targets: TargetPools | None = None  # the database targets' pools (backends.pools)
     sql: ReadOnlySql | None = None  # the one read-only SQL path (backends.sql)
+    result_cache: ResultCache | None = None  # the query result cache inside that path (backends.result_cache)
+    evidence: EvidenceRecorder | None = None  # what the gateway saw, for /mcp/ai (gateway.evidence)
     rag_index: SearchIndex | None = None
     rag_embedder: Embedder | None = None
     rag_jobs: SyncJobs | None = None
+    token_use: TokenUse = field(default_factory=TokenUse)  # last use of each token, until the next flush
+    # admin_flush_cache{cache_type}: what each kind of cache clears in this process, given a
+    # target_id or None, returning the entries dropped (gateway.workers runs them in every worker).
+    cache_flushers: dict[str, Callable[[str | None], int]] = field(default_factory=dict)

@@ -3,9 +3,11 @@
 1. create the data directory (0700) and the admin tables
 2. seed the disk layer from the bootstrap file (first start, or --reload-config)
 3. disk -> memory for every module (what ProxySQL does at start)
-4. environment overrides (MCP_GATEWAY_<VARIABLE>) -> memory
+4. environment overrides (MCP_GATEWAY_<VARIABLE>) -> memory, recorded as such (variable_overrides:
+   the runtime shows each variable's origin)
 5. first start only: generate a token for every endpoint that has none (saved to disk)
 6. memory -> runtime for every module, validated; an invalid configuration stops the start
+(then `mcp-gateway serve` records --port and --host the same way, as what is served)
 
 With `mcp-cluster_dsn` (from the environment or the local disk layer) the instance joins the
 cluster first, under a lock so instances starting together take turns: a module the cluster
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway import sqlite
+from gateway import sqlite, workers
 from gateway.assembly import endpoints, open_store
 from gateway.cluster import member_id
 from gateway.errors import ConfigError
@@ -83,6 +85,7 @@ def prepare(
     store = open_store(data_dir)
     store.attach_cluster("", "")  # joined below, from this start's own settings
     fresh = store.initialize()
+    workers.forget_all(store)  # rows of a previous run: no worker of this one serves yet
     if config_file is not None and (fresh or reload_config):
         with open(config_file, "rb") as fh:
             seed_disk(store, tomllib.load(fh))
@@ -97,9 +100,10 @@ def prepare(
         published = store.cluster.versions() if store.cluster is not None else {}
         for module in store.modules:
             store.load_from_disk(module)
-        for name in store.variables:
-            if env_name(name) in environ:
-                store.set_variable(name, environ[env_name(name)])
+        store.clear_overrides()
+        store.set_overrides(
+            {name: (environ[env_name(name)], "environment") for name in store.variables if env_name(name) in environ}
+        )
         generated: dict[str, str] = {}
         if fresh and "MCP VARIABLES" not in published:
             memory = store.memory_variables()

@@ -41,6 +41,8 @@ from gateway.variables import Variable
 
 # build(memory rows by table, variables) -> runtime rows by runtime table name
 BuildFn = Callable[[Mapping[str, list[dict[str, Any]]], Mapping[str, Variable]], dict[str, list[dict[str, Any]]]]
+# warnings(runtime rows by runtime table name) -> what a LOAD of them should tell the admin
+WarningsFn = Callable[[Mapping[str, list[dict[str, Any]]]], list[str]]
 
 log = logging.getLogger("mcp_gateway.store")
 
@@ -52,6 +54,10 @@ class ConfigModule:
     build: BuildFn
     runtime_tables: tuple[str, ...] = ()  # defaults to runtime_<table> for each table
     secret_columns: tuple[str, ...] = ()  # read as NULL through admin.sql (e.g. db_password)
+    warnings: WarningsFn | None = None  # LOAD ... TO RUNTIME answers (and logs) these
+    # Checks memory rows as build does, minus build's side effects (connecting to a target):
+    # what a structured edit runs before it commits. None: build itself is side-effect free.
+    validate: BuildFn | None = None
 
 
 def _build_variables(
@@ -124,9 +130,16 @@ class ConfigStore:
             for statement in sqlite.iter_statements(ddl):
                 conn.execute(statement)
             add_missing_columns(conn, ddl)
+            if path == self.config_path:  # the audit trail, token metadata, workers: not layered
+                state = sqlite.schema_section("admin_state")
+                for statement in sqlite.iter_statements(state):
+                    conn.execute(statement)
+                add_missing_columns(conn, state)
             conn.close()
             os.chmod(path, 0o600)
         conn = self.conn()
+        for statement in sqlite.iter_statements(sqlite.schema_section("variable_overrides")):
+            conn.execute(statement)  # config.db only: the last start's overrides
         conn.execute("INSERT OR IGNORE INTO runtime_state(id, version, loaded_at) VALUES (1, 0, 0)")
         self._fill_variable_defaults()
         return fresh
@@ -148,7 +161,12 @@ class ConfigStore:
 
     # -- the four verbs --------------------------------------------------------------------
     def load_to_runtime(self, name: str, *, publish: bool = True) -> int:
-        """memory -> runtime, validated first. Returns the new runtime version.
+        """memory -> runtime, validated first. Returns the new runtime version."""
+        return self.load_to_runtime_warning(name, publish=publish)[0]
+
+    def load_to_runtime_warning(self, name: str, *, publish: bool = True) -> tuple[int, list[str]]:
+        """`load_to_runtime`, also returning the module's warnings about what now serves (a
+        target whose account can write, one that is skipped ...), which are logged as well.
 
         With a cluster, the validated rows are published first (UNAVAILABLE when PostgreSQL
         cannot be reached: then nothing changed anywhere); `publish=False` applies locally only."""
@@ -168,7 +186,11 @@ class ConfigStore:
                         f"INSERT INTO main.{table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                         [row[c] for c in cols],
                     )
-            return self.bump_runtime_version(conn)
+            version = self.bump_runtime_version(conn)
+        warnings = module.warnings(runtime_rows) if module.warnings else []
+        for warning in warnings:
+            log.warning("LOAD %s TO RUNTIME: %s", module.name, warning)
+        return version, warnings
 
     def bump_runtime_version(self, conn: apsw.Connection) -> int:
         """Inside a write transaction: the next runtime version, which every worker polls."""
@@ -222,6 +244,46 @@ class ConfigStore:
             (name, str(value)),
         )
 
+    def set_overrides(self, overrides: Mapping[str, tuple[str, str]]) -> None:
+        """Put each `name: (value, origin)` in memory and record where it came from (replacing the
+        records of the last start). Origins: "environment", "command line"."""
+        conn = self.conn()
+        with sqlite.transaction(conn):
+            for name, (value, origin) in overrides.items():
+                self.set_variable(name, value)
+                conn.execute("INSERT OR REPLACE INTO variable_overrides VALUES (?, ?, ?)", (name, str(value), origin))
+
+    def clear_overrides(self) -> None:
+        self.conn().execute("DELETE FROM variable_overrides")
+
+    def variable_origins(self, runtime_values: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Where each runtime value comes from: "command line" or "environment" (an override of
+        the last start, still in effect), "disk" (what disk holds, unless it is the default),
+        "default", or "memory" (an admin's edit loaded to runtime, not saved)."""
+        conn = self.conn()
+        if runtime_values is None:
+            runtime_values = {
+                r["variable_name"]: r["variable_value"] for r in sqlite.rows(conn, "SELECT * FROM runtime_global_variables")
+            }
+        disk = self.disk_variables()
+        try:
+            overrides = {r["variable_name"]: r for r in sqlite.rows(conn, "SELECT * FROM variable_overrides")}
+        except apsw.SQLError:  # a data directory no serve has initialised since the table was added
+            overrides = {}
+        origins = {}
+        for name, decl in self.variables.items():
+            value = runtime_values.get(name, decl.default)
+            override = overrides.get(name)
+            if override is not None and override["variable_value"] == value:
+                origins[name] = override["origin"]
+            elif value == decl.default and disk.get(name, decl.default) == decl.default:
+                origins[name] = "default"
+            elif disk.get(name) == value:
+                origins[name] = "disk"
+            else:
+                origins[name] = "memory"
+        return origins
+
     def memory_variables(self) -> dict[str, str]:
         return {r["variable_name"]: r["variable_value"] for r in sqlite.rows(self.conn(), "SELECT * FROM main.global_variables")}
 
@@ -237,6 +299,14 @@ class ConfigStore:
         return cluster_layers.apply_module(self, fetched, force=force)
 
     # -- the runtime snapshot --------------------------------------------------------------
+    def touch_runtime(self) -> int:
+        """Bump the runtime version without changing it: every worker re-reads what it derives
+        from the runtime, the certificate files included (SIGHUP). Returns the new version."""
+        conn = self.conn()
+        with sqlite.transaction(conn):
+            conn.execute("UPDATE runtime_state SET version = version + 1, loaded_at = ? WHERE id = 1", (time.time(),))
+            return int(sqlite.scalar(conn, "SELECT version FROM runtime_state WHERE id = 1"))
+
     def runtime_version(self) -> int:
         return int(sqlite.scalar(self.conn(), "SELECT version FROM runtime_state WHERE id = 1") or 0)
 
@@ -251,7 +321,8 @@ class ConfigStore:
                     continue
                 for table in self.runtime_tables_of(module):
                     tables[table] = sqlite.rows(conn, f"SELECT * FROM main.{table}")
-        return build_runtime(version, raw, tables, self.variables)
+            origins = self.variable_origins(raw)
+        return build_runtime(version, raw, tables, self.variables, origins=origins)
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

@@ -81,6 +81,24 @@ def resolve_material(data_dir: Path, cert: str, key: str) -> tuple[Path, Path]:
     return ensure_self_signed(data_dir)
 
 
+def load_certificate(cert: Path) -> x509.Certificate:
+    """The first (leaf) certificate of a PEM chain file."""
+    return x509.load_pem_x509_certificate(Path(cert).read_bytes())
+
+
+def certificate_not_after(cert: Path) -> float:
+    """The leaf certificate's expiry as a Unix time (exported as mcp_gateway_tls_certificate_not_after_seconds)."""
+    return load_certificate(cert).not_valid_after_utc.timestamp()
+
+
+def describe_certificate(cert: Path) -> str:
+    """Subject, serial and expiry of the leaf certificate, for logs (no key material)."""
+    leaf = load_certificate(cert)
+    return (
+        f"{leaf.subject.rfc4514_string()} serial {leaf.serial_number:x} not after {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
+    )
+
+
 def reload_contexts(cert: Path, key: Path) -> int:
     """Re-read the certificate files into every live context of this process."""
     for context in ACTIVE_CONTEXTS:

@@ -23,7 +23,8 @@ Deadlines are set in one place, `ToolHandler.context`: now + the handler's `time
 
 A handler also contributes, beside its tools: `variables`, `config_modules`, CLI sub-commands
 (`add_cli`), serve-time options and jobs (`add_serve_options`, `before_serve`) and the example
-call the first-start banner prints (`example_call`).
+call the first-start banner prints (`example_call`), and scrape-time metric collectors
+(`scrape_collectors`).
 """
 
 from __future__ import annotations
@@ -57,10 +58,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcp_gateway.tools")
 
 
-class ToolInput(BaseModel):
-    """Base for tool arguments: unknown keys are an error, not silently ignored."""
+# Every integer argument has bounds in its model (tests/test_tool_arguments.py checks each tool's
+# published schema); an id or count that reaches SQLite or a database driver fits in 64 bits.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-    model_config = ConfigDict(extra="forbid")
+
+class ToolInput(BaseModel):
+    """Base for tool arguments: unknown keys are an error, not silently ignored; numbers are finite
+    ("NaN" and "Infinity" are refused, not parsed into floats no comparison can bound)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ToolOutput(BaseModel):
@@ -120,6 +127,35 @@ def tool(
         return func
 
     return mark
+
+
+ABBREVIATIONS = frozenset({"e.g.", "i.e.", "vs.", "etc.", "cf.", "approx.", "incl.", "esp."})
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a description's first paragraph, whole: what tables show of a tool.
+
+    A sentence ends at '.', '!' or '?' followed by a space or the end, outside parentheses,
+    brackets and quotes, and not in an ellipsis ("WITH ... SELECT") or after an abbreviation
+    ("vs.", "e.g."); a period inside a word (2.5, rag.get_chunks) ends nothing."""
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    depth, quote = 0, ""
+    for index, char in enumerate(paragraph):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in '"`':
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif char in ".!?" and depth == 0 and paragraph[index + 1 : index + 2] in ("", " "):
+            if char == "." and paragraph[index - 1 : index] == ".":
+                continue  # the end of an ellipsis
+            if paragraph[: index + 1].rsplit(" ", 1)[-1].lower() in ABBREVIATIONS:
+                continue
+            return paragraph[: index + 1]
+    return paragraph if paragraph.endswith((".", "!", "?")) else paragraph + "."
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -209,17 +245,26 @@ class ToolHandler:
         if self._threads is not None:
             self._threads.shutdown(wait=False, cancel_futures=True)
 
+    async def in_thread(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking work on this handler's threads: every sync tool, and the blocking part
+        of an async tool that answers on the event loop when it can (a cache hit). The executor
+        costs half of anyio.to_thread's ~65 us per call; it does not copy context variables
+        into the thread, and no tool reads any."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.thread_limit, thread_name_prefix=f"mcp-{self.endpoint}")
+        return await asyncio.get_running_loop().run_in_executor(self._threads, func, *args)
+
     def on_runtime_change(self, old: Runtime | None, new: Runtime) -> None:
         """React to a new runtime (apply changed sources, ...)."""
 
     # -- what a handler adds to the command line -------------------------------------------
     @classmethod
-    def add_cli(
-        cls, commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
-    ) -> None:
+    def add_cli(cls, commands: argparse._SubParsersAction, *, open_store: Callable[[str | None], ConfigStore]) -> None:
         """Add this endpoint's sub-commands (`mcp-gateway <command> ...`). Each sets `func`
-        (args -> exit status) as gateway.cli's own do; `open_store` opens a data directory's
-        config store with every declared variable and admin table."""
+        (args -> exit status) as gateway.cli's own do. `open_store(args.data_dir)` opens the
+        config store of an existing data directory (--data-dir, default None: ./mcp-gateway-data
+        or the running gateway's) or raises ConfigError saying which --data-dir to pass; a
+        command other than `serve` never creates a data directory."""
 
     @classmethod
     def add_serve_options(cls, serve: argparse.ArgumentParser) -> None:
@@ -228,6 +273,13 @@ class ToolHandler:
     @classmethod
     def before_serve(cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool) -> None:
         """Start what the serving parent process runs beside the workers (e.g. a first-start job)."""
+
+    @classmethod
+    def scrape_collectors(cls, data_dir: Path, runtime: Callable[[], Runtime]) -> list[Any]:
+        """Prometheus collectors evaluated when /metrics is scraped (by whichever worker answers,
+        or by the parent on mcp-metrics_port): for numbers read from state every process shares,
+        such as the RAG index in rag.db. `runtime` returns the current runtime snapshot."""
+        return []
 
     # -- discovery -------------------------------------------------------------------------
     def get_tool_list(self, *, style: str = "dotted") -> list[dict[str, Any]]:
@@ -242,7 +294,9 @@ class ToolHandler:
         return spec.describe(style=style) if spec else None
 
     # -- execution -------------------------------------------------------------------------
-    def context(self, spec: ToolSpec, runtime: Runtime, *, protocol_version: str = "", client: str = "") -> CallContext:
+    def context(
+        self, spec: ToolSpec, runtime: Runtime, *, protocol_version: str = "", client: str = "", token_fingerprint: str = ""
+    ) -> CallContext:
         """The context of one call, with its deadline: the one place a deadline is set."""
         variables = runtime.variables
         timeout_ms = variables["mcp-timeout_ms"]
@@ -255,6 +309,7 @@ class ToolHandler:
             deadline=time.monotonic() + timeout_ms / 1000,
             protocol_version=protocol_version,
             client=client,
+            token_fingerprint=token_fingerprint,
         )
 
     async def execute_tool(self, spec: ToolSpec, arguments: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
@@ -282,18 +337,17 @@ class ToolHandler:
                     async with asyncio.timeout(ctx.remaining_s()):
                         output = await _resume(coro, pending)
             else:
-                if self._threads is None:
-                    self._threads = ThreadPoolExecutor(self.thread_limit, thread_name_prefix=f"mcp-{self.endpoint}")
                 async with asyncio.timeout(ctx.remaining_s()):
                     # At the deadline the caller gets its answer; the thread runs on (holding its
                     # slot of thread_limit) and long tools call ctx.check_deadline() to stop early.
-                    # The executor costs half of anyio.to_thread's ~65 us per call; it does not copy
-                    # context variables into the thread, and no tool reads any.
-                    output = await asyncio.get_running_loop().run_in_executor(self._threads, spec.func, self, args, ctx)
+                    output = await self.in_thread(spec.func, self, args, ctx)
         except TimeoutError:
             return error_result(DeadlineExceeded(f"{spec.name} did not finish within its deadline"))
         except GatewayError as exc:
             return error_result(exc)
+        except OverflowError:  # a number past what SQLite or a driver holds: a model lacks a bound
+            log.warning("tool %s on /mcp/%s: a number overflowed (a missing bound in its input model?)", spec.name, self.endpoint)
+            return error_result(InvalidArgument(f"a number in the arguments of {spec.name} is out of range"))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug or an untranslated driver error: log it, answer safely

@@ -1,7 +1,8 @@
 """Streamable HTTP, JSON responses: the HTTP half of `POST /mcp/<endpoint>`.
 
-Order of checks, cheapest and least revealing first: endpoint exists (404), method is POST
-(405; OPTIONS answered), Origin allowed (403), bearer token (401), content type (415), body
+Order of checks, cheapest and least revealing first (Host and Origin were checked by gateway.app
+for every path, gateway.host_guard): endpoint exists (404), method is POST
+(405; OPTIONS answered), bearer token (401), content type (415), body
 size (413, before any parsing), JSON (-32700), protocol-version header (400), batch rules
 (400/-32600). Then each message goes to the `Dispatcher`.
 
@@ -57,6 +58,11 @@ def _rpc_error(status: int, jsonrpc_code: int, message: str, error_code: str, he
     return Reply(status, orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error}), headers)
 
 
+def refusal_reply(status: int, message: str) -> Reply:
+    """A request refused before it reaches any endpoint (gateway.host_guard: Host 421, Origin 403)."""
+    return _rpc_error(status, INVALID_REQUEST, message, "UNAUTHORIZED")
+
+
 def not_found_body(path: str, endpoints: list[str]) -> bytes:
     """The 404 body for paths that are no MCP endpoint (gateway.app's catch-all)."""
     return _rpc_error(
@@ -88,8 +94,8 @@ class McpTransport:
         headers: dict[bytes, bytes] = dict(scope["headers"])
         client = scope["client"][0] if scope.get("client") else "unknown"
         request_bytes = -1
-        reply = self._refusal(scope, endpoint, headers, client)
-        if reply is None:
+        refusal = self._refusal(scope, endpoint, headers, client)
+        if isinstance(refusal, str):  # admitted, with this token
             limit: int = self.services.runtime.variables["mcp-max_request_bytes"]
             try:
                 body = await _read_body(receive, headers.get(b"content-length"), limit)
@@ -103,19 +109,19 @@ class McpTransport:
                 request_bytes = len(body)
                 version = headers.get(b"mcp-protocol-version")
                 version_text = None if version is None else version.decode("latin-1")
-                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client))
+                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client, refusal))
+        else:
+            reply = refusal
         self.metrics.exchange(name, reply.status, request_bytes, len(reply.body) if reply.answer else -1)
         await reply.send(send)
 
-    def _refusal(self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str) -> Reply | None:
-        """Everything decided before the body is read: Origin, method, token, switch, content type."""
+    def _refusal(self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str) -> Reply | str:
+        """Everything decided before the body is read: Origin, method, token, switch, content type.
+        The refusal to send, or the caller's token when it is admitted."""
         runtime = self.services.runtime
         variables = runtime.variables  # Runtime.var, minus a call per lookup
-        origin_bytes = headers.get(b"origin")
+        origin_bytes = headers.get(b"origin")  # already checked, with Host, by gateway.host_guard
         origin = None if origin_bytes is None else origin_bytes.decode("latin-1")
-        allowed_origins: tuple[str, ...] = variables["mcp-allowed_origins"]
-        if origin is not None and allowed_origins and origin not in allowed_origins:
-            return _rpc_error(403, INVALID_REQUEST, "Origin not allowed", "UNAUTHORIZED")
         method = scope["method"]
         if method == "OPTIONS":
             cors = [
@@ -139,11 +145,13 @@ class McpTransport:
         if variables["mcp-allow_query_token"]:
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         authorization = headers.get(b"authorization")
-        failure = auth.check_endpoint(
+        failure, token = auth.check_endpoint(
             endpoint.name, None if authorization is None else authorization.decode("latin-1"), query, runtime
         )
         if failure is not None:
             self.metrics.auth_failed(endpoint.name, failure, client)
+            if self.services.evidence is not None:
+                self.services.evidence.event("auth_failure", endpoint=endpoint.name, client=client)
             message = (
                 "this endpoint has no token configured and refuses every call"
                 if failure == "no_token_configured"
@@ -161,7 +169,8 @@ class McpTransport:
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if content_type != b"application/json":
             return _rpc_error(415, INVALID_REQUEST, "Content-Type must be application/json", "INVALID_ARGUMENT")
-        return None
+        self.services.token_use.seen(endpoint.name, token)  # last-used, written by the periodic flush
+        return token
 
     async def _answer(self, body: bytes, env: Envelope) -> Reply:
         """Parse the body and dispatch its message (or batch)."""

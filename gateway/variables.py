@@ -12,6 +12,7 @@ endpoint (the endpoints come from the app's handler list, gateway.assembly) and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +25,13 @@ MASK = "********"
 @dataclass(frozen=True)
 class Variable:
     name: str
-    kind: str  # "int" | "bool" | "str" | "enum" | "tokens" | "list"
+    kind: str  # "int" | "bool" | "str" | "enum" | "tokens" | "list" | "url"
     default: str
     help: str
-    secret: bool = False
+    secret: bool = False  # a "url" is masked only where it carries credentials
     minimum: int | None = None
     maximum: int | None = None
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()  # enum values; for a "url", the schemes allowed
     restart_required: bool = False  # takes effect at the next start, not on LOAD
     local: bool = False  # describes this machine: never shared with a cluster (gateway/cluster.py)
 
@@ -66,14 +67,36 @@ class Variable:
                     if len(token) < 16 or any(ch.isspace() for ch in token):
                         raise ConfigError(f"{self.name}: each token needs 16+ characters and no spaces")
             return items
+        if self.kind == "url" and raw:
+            scheme, sep, _ = raw.partition("://")
+            if not sep or (self.choices and scheme.lower() not in self.choices):
+                raise ConfigError(f"{self.name}: expected a URL starting with {' or '.join(f'{c}://' for c in self.choices)}")
         return raw
 
     def display(self, text: str | None) -> str:
-        """What an admin or a response may see of a stored value: secrets are masked."""
+        """What an admin or a response may see of a stored value: secrets are masked (a URL's
+        credentials only, so its host stays readable)."""
         value = self.default if text is None else text
         if self.secret and value:
-            return MASK
+            return mask_url(value) if self.kind == "url" else MASK
         return value
+
+
+_URL_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:(?P<user>[^:@/]*):)?(?P<secret>[^@/]*)@")
+_URL_PASSWORD_PARAM = re.compile(r"(?i)([?&]password=)[^&#]*")
+
+
+def mask_url(url: str) -> str:
+    """`redis://user:pw@host:6379/0` -> `redis://user:********@host:6379/0`; a lone userinfo
+    (`redis://pw@host`) and a `password=` parameter are masked too."""
+    masked = _URL_USERINFO.sub(
+        lambda m: f"{m['scheme']}{m['user'] + ':' if m['user'] is not None else ''}{MASK if m['secret'] else ''}@", url, count=1
+    )
+    return _URL_PASSWORD_PARAM.sub(lambda m: m.group(1) + MASK, masked)
+
+
+def carries_credentials(url: str) -> bool:
+    return mask_url(url) != url
 
 
 def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
@@ -119,7 +142,17 @@ CORE_VARIABLES: tuple[Variable, ...] = (
         maximum=64 * 1_048_576,
     ),
     _v(
-        "mcp-allowed_origins", "list", "", "Comma-separated Origin values allowed to call; empty allows requests with any Origin."
+        "mcp-allowed_origins",
+        "list",
+        "",
+        "Comma-separated Origins (scheme://host[:port]) allowed besides loopback ones; a request with another Origin gets 403. * allows any.",
+    ),
+    _v(
+        "mcp-allowed_hosts",
+        "list",
+        "",
+        "Comma-separated Host names (any port) allowed besides localhost, 127.0.0.1 and [::1]; another Host gets 421. "
+        "Empty: enforced only when bound to loopback (any Host is accepted on other binds). * allows any.",
     ),
     _v(
         "mcp-allow_query_token",
@@ -169,7 +202,31 @@ CORE_VARIABLES: tuple[Variable, ...] = (
         restart_required=True,
         local=True,
     ),
+    _v(
+        "admin-audit_retention_days",
+        "int",
+        90,
+        "Audit trail rows (mcp_audit_log) older than this many days are deleted.",
+        minimum=1,
+        maximum=3650,
+    ),
+    _v(
+        "admin-audit_max_rows",
+        "int",
+        100_000,
+        "Most audit trail rows kept; the oldest go first.",
+        minimum=100,
+        maximum=10_000_000,
+    ),
     _v("mcp-stats_show_queries_max_rows", "int", 200, "Most rows show_queries returns.", minimum=1, maximum=10000),
+    _v(
+        "mcp-evidence_retention_s",
+        "int",
+        86_400,
+        "Seconds of traffic evidence (calls, digest timings, refusals, auth failures) kept for /mcp/ai's anomaly detection and recommendations.",
+        minimum=600,
+        maximum=30 * 86_400,
+    ),
 )
 
 

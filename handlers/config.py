@@ -6,9 +6,10 @@ import fnmatch
 import time
 from typing import Any, Literal
 
+import anyio
 from pydantic import Field
 
-from gateway import __version__
+from gateway import __version__, audit
 from gateway.errors import GatewayError, NotFound
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
@@ -25,6 +26,9 @@ class VariableView(ToolOutput):
     description: str
     secret: bool
     restart_required: bool
+    origin: str = Field(
+        description="Where the runtime value comes from: default, disk, environment (MCP_GATEWAY_*), command line (--port, --host), or memory (loaded by an admin, not saved)."
+    )
 
 
 class SetConfigIn(ToolInput):
@@ -88,6 +92,8 @@ class StatusOut(ToolOutput):
     requests_total: float
     failures_total: float
     active_requests: float
+    totals_as_of: float = Field(description="Unix time of the totals: a snapshot taken once a second across workers.")
+    totals_age_s: float = Field(description="How old the totals are, in seconds.")
     cluster: dict[str, Any] | None = Field(
         None,
         description="With mcp-cluster_dsn: this member_id, the published version of each module, every member "
@@ -114,7 +120,12 @@ class ConfigHandler(ToolHandler):
             description=decl.help,
             secret=decl.secret,
             restart_required=decl.restart_required,
+            origin=ctx.runtime.origins.get(name, "default"),
         )
+
+    def _audited(self, ctx: CallContext, arguments: dict[str, Any], *, secret: str = "") -> Any:
+        """The audit trail entry of a change made through this endpoint (gateway.audit)."""
+        return audit.audited_call(self.services.store, ctx, arguments, secrets=[secret])
 
     @staticmethod
     def _runtime_raw(ctx: CallContext, name: str) -> str:
@@ -137,12 +148,18 @@ class ConfigHandler(ToolHandler):
         With save=true it is also saved to disk. Invalid values are refused and nothing changes."""
         store = self.services.store
         decl = ctx.runtime.declarations.get(args.variable_name)
-        if decl is None:
-            raise NotFound(f"unknown variable {args.variable_name!r}")
-        store.set_variable(args.variable_name, args.value)
-        version = store.load_to_runtime("MCP VARIABLES")
-        if args.save:
-            store.save_to_disk("MCP VARIABLES")
+        shown = decl.display(args.value) if decl else "********"
+        with self._audited(
+            ctx, {**args.model_dump(), "value": shown}, secret=args.value if not decl or decl.secret else ""
+        ) as entry:
+            if decl is None:
+                raise NotFound(f"unknown variable {args.variable_name!r}")
+            entry.before = {"value": decl.display(self._runtime_raw(ctx, args.variable_name))}
+            store.set_variable(args.variable_name, args.value)
+            version = store.load_to_runtime("MCP VARIABLES")
+            if args.save:
+                store.save_to_disk("MCP VARIABLES")
+            entry.after = {"value": shown, "runtime_version": version, "saved": args.save}
         return SetConfigOut(
             variable_name=args.variable_name,
             value=decl.display(args.value),
@@ -177,22 +194,26 @@ class ConfigHandler(ToolHandler):
         """Reload configuration layers for every module (variables, profiles, rules, sources) and apply them to runtime."""
         store = self.services.store
         modules = list(store.modules)
-        if args.scope == "disk":
-            for module in modules:
-                store.load_from_disk(module)
-        if args.scope in ("disk", "memory"):
-            for module in modules:
-                version = store.load_to_runtime(module)
-        else:
-            version = store.load_to_runtime("MCP VARIABLES")  # same content, new version: workers re-apply it
+        with self._audited(ctx, args.model_dump()) as entry:
+            if args.scope == "disk":
+                for module in modules:
+                    store.load_from_disk(module)
+            if args.scope in ("disk", "memory"):
+                for module in modules:
+                    version = store.load_to_runtime(module)
+            else:
+                version = store.load_to_runtime("MCP VARIABLES")  # same content, new version: workers re-apply it
+            entry.after = {"runtime_version": version, "modules": modules}
         return ReloadOut(scope=args.scope, modules=modules, runtime_version=version)
 
     @tool("get_status", title="Server status", read_only=True)
-    def get_status(self, args: StatusIn, ctx: CallContext) -> StatusOut:
-        """Version, uptime, port, workers, endpoints (token configured? handler up?), request and failure totals across workers,
-        and with a cluster its members, their configuration versions and any that lag."""
+    async def get_status(self, args: StatusIn, ctx: CallContext) -> StatusOut:
+        """Report the version, uptime, port, workers, endpoints (token configured? handler up?) and request and failure totals across workers.
+
+        Cheap enough for health checkers: the totals are a snapshot taken once a second (totals_age_s says how old).
+        With a cluster (mcp-cluster_dsn): its members, their configuration versions and any that lag."""
         services = self.services
-        totals = services.metrics.totals()
+        taken_at, totals = services.metrics.totals_snapshot()  # no I/O: runs inline, like get_config
         endpoints = [
             EndpointStatus(
                 endpoint=name,
@@ -213,7 +234,9 @@ class ConfigHandler(ToolHandler):
             requests_total=totals["requests_total"],
             failures_total=totals["failures_total"],
             active_requests=totals["inflight"],
-            cluster=self._cluster_status(),
+            totals_as_of=round(taken_at, 3),
+            totals_age_s=round(max(0.0, time.time() - taken_at), 3),
+            cluster=await anyio.to_thread.run_sync(self._cluster_status),
         )
 
     def _cluster_status(self) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from backends.digest import query_digest_stats
 from gateway.errors import NotFound
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import INT64_MAX, CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 STAT_NAMES = ("requests_total", "failures_total", "inflight", "auth_failures_total", "workers", "runtime_version", "uptime_s")
 METRIC_CATEGORIES = {
@@ -96,7 +96,7 @@ class ToolUsageOut(ToolOutput):
 class ShowQueriesIn(ToolInput):
     sort_by: Literal["count", "sum_time", "avg_time", "max_time", "last_seen"] = "sum_time"
     limit: int = Field(default=50, ge=1, le=10000)
-    min_count: int = Field(default=1, ge=1)
+    min_count: int = Field(default=1, ge=1, le=INT64_MAX, description="Only statements run at least this many times.")
 
 
 class ShowQueriesOut(ToolOutput):

@@ -85,7 +85,7 @@ def write_config(path: Path, variables: Mapping[str, Any]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def gateway_command(data_dir: Path, config_path: Path, port: int, *, workers: int) -> list[str]:
+def gateway_command(data_dir: Path, config_path: Path, port: int, *, workers: int, host: str = "127.0.0.1") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -96,7 +96,7 @@ def gateway_command(data_dir: Path, config_path: Path, port: int, *, workers: in
         "--config",
         str(config_path),
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         "--workers",
@@ -113,8 +113,10 @@ def start_gateway(
     variables: Mapping[str, Any] | None = None,
     ca_path: Path | None = None,
     startup_timeout_s: float = 45.0,
+    host: str = "127.0.0.1",
 ) -> Iterator[GatewayProcess]:
-    """Run a gateway until the block ends. `tokens` values may be comma-separated lists (rotation)."""
+    """Run a gateway until the block ends. `tokens` values may be comma-separated lists (rotation).
+    `host` is the bind address (--host); the test talks to it on 127.0.0.1 either way."""
     token_lists = dict(tokens) if tokens is not None else default_tokens()
     with tempfile.TemporaryDirectory(prefix="mcpgw-test-") as tmp:
         data_dir = Path(tmp) / "data"
@@ -130,7 +132,7 @@ def start_gateway(
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
         with open(log_path, "wb") as log_file:
             process = subprocess.Popen(
-                gateway_command(data_dir, config_path, port, workers=workers),
+                gateway_command(data_dir, config_path, port, workers=workers, host=host),
                 cwd=tmp,
                 env=env,
                 stdout=log_file,

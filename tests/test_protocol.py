@@ -273,9 +273,9 @@ def test_tools_describe(client: httpx.Client, gateway: GatewayProcess) -> None:
     assert _error(post_rpc(client, gateway, "config", "tools/describe", {"name": "nope"}))["code"] == -32602
 
 
-@pytest.mark.parametrize(("method", "key"), [("prompts/list", "prompts"), ("resources/list", "resources")])
-def test_empty_lists(client: httpx.Client, gateway: GatewayProcess, method: str, key: str) -> None:
-    assert post_rpc(client, gateway, "config", method).json()["result"][key] == []
+@pytest.mark.parametrize("method", ["prompts/list", "resources/list"])
+def test_capabilities_not_served_are_not_found(client: httpx.Client, gateway: GatewayProcess, method: str) -> None:
+    assert _error(post_rpc(client, gateway, "config", method))["code"] == -32601  # tests/gateway/test_capabilities.py
 
 
 def test_unknown_method_is_32601(client: httpx.Client, gateway: GatewayProcess) -> None:

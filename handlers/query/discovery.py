@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from backends.dialects import catalog_for
-from backends.driver_errors import DRIVER_ERRORS, is_timeout
+from backends.driver_errors import DRIVER_ERRORS, is_bad_value, is_timeout
 from backends.pools import TargetPools, connection_broken
 from backends.targets import Target, default_schema
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, NotFound, Unavailable
@@ -213,6 +213,10 @@ class DiscoveryTools(ToolHandler):
                     raise  # the pool turns a lost connection into UNAVAILABLE
                 if is_timeout(exc):
                     raise DeadlineExceeded(f"{tool_name} exceeded the timeout_ms of target {target.target_id}") from exc
+                if is_bad_value(exc):
+                    raise InvalidArgument(
+                        f"{tool_name}: target {target.target_id} cannot look up a name with these characters (NUL, or outside its catalog's character set)"
+                    ) from exc
                 log.warning("%s on target %s failed: %s", tool_name, target.target_id, type(exc).__name__)
                 raise GatewayError(f"{tool_name} failed on target {target.target_id} ({type(exc).__name__})") from exc
 

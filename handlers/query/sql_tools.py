@@ -5,16 +5,21 @@ Every statement takes the one read-only SQL path, services.sql (backends/sql.py:
 rules, the read-only allowlist, caps, execution, digests). The sampling tools build their
 statement as a sqlglot tree from parsed expressions and quoted identifiers, then take the
 same path. `SqlTools` is a mixin of QueryHandler.
+
+run_sql_readonly and the sampling tools are async: when the query result cache may answer (an
+embedded store, a cache TTL for the target or a rule), the rules, the check and the lookup
+run on the event loop, and only a miss takes a worker thread to the database.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import Field
 from sqlglot import exp
 
+from backends.execute import plan_of
 from backends.readonly import dialect_of, parse_fragment, table_ref
 from backends.sql import ReadOnlySql
 from backends.targets import Target
@@ -41,6 +46,16 @@ class SqlStats(ToolOutput):
     timeout_ms: int = Field(description="The server-side statement timeout applied.")
     digest: str | None = None
     rules: list[int] = Field(default_factory=list, description="rule_ids of the MCP query rules that matched.")
+    cache: Literal["hit", "miss", "bypass", "refresh", "off", "unavailable"] = Field(
+        default="off",
+        description="The query result cache: hit (answered from it; db_ms is 0), miss, bypass or refresh (as asked), "
+        "off (no cache TTL applies: the target's cache_ttl_ms and the matching rules' cache_ttl are 0), "
+        "unavailable (its store could not be reached; answered uncached).",
+    )
+    cache_age_ms: int | None = Field(default=None, description="On a hit: how old the cached result is.")
+    cache_store: Literal["stored", "too_large", "unavailable"] | None = Field(
+        default=None, description="What became of this result in the cache (null: not offered to it)."
+    )
 
 
 class SqlResult(ToolOutput):
@@ -77,6 +92,11 @@ class RunSqlIn(ToolInput):
     timeout_sec: float | None = Field(
         default=None, gt=0, le=3600, description="Statement timeout; never above the target's timeout_ms."
     )
+    cache: Literal["use", "bypass", "refresh"] = Field(
+        default="use",
+        description="use: answer from the query result cache when the target or a query rule enables it; "
+        "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
+    )
 
 
 class ExplainSqlIn(ToolInput):
@@ -102,6 +122,11 @@ class SampleRowsIn(ToolInput):
     order_by: str | None = Field(default=None, max_length=2048, description="Sort expressions, e.g. 'price DESC, id'.")
     limit: int = Field(default=20, ge=1, le=10_000, description="Rows to return; never above the target's max_rows.")
     target_id: str | None = Field(default=None, max_length=64)
+    cache: Literal["use", "bypass", "refresh"] = Field(
+        default="use",
+        description="use: answer from the query result cache when the target or a query rule enables it; "
+        "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
+    )
 
 
 class SampleDistinctIn(ToolInput):
@@ -111,6 +136,11 @@ class SampleDistinctIn(ToolInput):
     where: str | None = Field(default=None, max_length=8192)
     limit: int = Field(default=20, ge=1, le=10_000, description="Most distinct values, the most frequent first.")
     target_id: str | None = Field(default=None, max_length=64)
+    cache: Literal["use", "bypass", "refresh"] = Field(
+        default="use",
+        description="use: answer from the query result cache when the target or a query rule enables it; "
+        "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
+    )
 
 
 # -- the mixin ---------------------------------------------------------------------------------
@@ -128,9 +158,24 @@ class SqlTools(ToolHandler):
     def _run(self, ctx: CallContext, **statement: Any) -> dict[str, Any]:
         return self._sql().run(ctx, **statement)
 
+    async def _run_cached(
+        self, ctx: CallContext, *, target_id: str | None, size: int, cache: str, statement: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The one path, answered on the event loop when the result cache may have it (a hit
+        then costs no thread hop); the database, and anything else, in a worker thread.
+        `statement()` builds the run() arguments; `size` is what the read-only check will parse."""
+        sql = self._sql()
+        if not sql.inline_ok(ctx.runtime, target_id, size, cache):
+            return await self.in_thread(lambda: sql.run(ctx, **statement()))
+        prepared = sql.prepare(ctx, **statement())
+        answer = sql.answer_early(prepared)
+        if answer is not None:
+            return answer
+        return await self.in_thread(sql.execute, prepared)
+
     # -- tools -------------------------------------------------------------------------------
     @tool("run_sql_readonly", title="Run read-only SQL", read_only=True, idempotent=True)
-    def run_sql_readonly(self, args: RunSqlIn, ctx: CallContext) -> SqlResult:
+    async def run_sql_readonly(self, args: RunSqlIn, ctx: CallContext) -> SqlResult:
         """Run one read-only SQL statement (SELECT, WITH ... SELECT, SHOW, DESCRIBE or plain EXPLAIN) on a target.
 
         Writes, locking reads (FOR UPDATE), INTO OUTFILE, several statements, and file, sleep,
@@ -139,17 +184,17 @@ class SqlTools(ToolHandler):
         max_rows rows (the target's max_rows at most) and mcp-query_max_response_bytes bytes
         are returned; truncated=true says more existed. Values are JSON: decimals as strings,
         dates as ISO 8601, bytes as {"$bytes_b64": ...}. Use sample_rows for a quick look at
-        a table and explain_sql for a query plan."""
+        a table and explain_sql for a query plan. When the target or a query rule enables the
+        result cache, a repeated statement is answered from it: stats.cache says hit (with
+        cache_age_ms) or miss; cache="bypass" asks the database."""
         timeout_ms = int(args.timeout_sec * 1000) if args.timeout_sec else None
+        statement = {
+            "tool_name": "run_sql_readonly", "sql": args.sql, "target_id": args.target_id, "schema": args.schema_,
+            "max_rows": args.max_rows, "timeout_ms": timeout_ms, "cache": args.cache,
+        }  # fmt: skip
         return SqlResult.model_validate(
-            self._run(
-                ctx,
-                tool_name="run_sql_readonly",
-                sql=args.sql,
-                target_id=args.target_id,
-                schema=args.schema_,
-                max_rows=args.max_rows,
-                timeout_ms=timeout_ms,
+            await self._run_cached(
+                ctx, target_id=args.target_id, size=len(args.sql), cache=args.cache, statement=lambda: statement
             )
         )
 
@@ -176,74 +221,57 @@ class SqlTools(ToolHandler):
         return ExplainResult.model_validate({**out, "analyze": args.analyze, "plan": plan_of(target.protocol, out)})
 
     @tool("sample_rows", title="Sample rows of a table", read_only=True, idempotent=True)
-    def sample_rows(self, args: SampleRowsIn, ctx: CallContext) -> SqlResult:
+    async def sample_rows(self, args: SampleRowsIn, ctx: CallContext) -> SqlResult:
         """Return up to `limit` rows of a table, optionally only some columns, filtered by `where` and sorted by `order_by`.
 
         The table and schema are identifiers (quoted for you, any name works); columns, where
         and order_by are SQL expressions, parsed and rebuilt (never pasted into SQL), and
-        checked like run_sql_readonly. Same result shape and caps as run_sql_readonly."""
-        dialect = dialect_of(self._target(args.target_id).protocol)
-        columns = [parse_fragment(c, "column", dialect) for c in args.columns] if args.columns else [exp.Star()]
-        query = exp.Select(expressions=columns).from_(table_ref(args.table, args.schema_), copy=False)
-        if args.where:
-            query = query.where(parse_fragment(args.where, "where", dialect), copy=False)
-        if args.order_by:
-            query.set("order", exp.Order(expressions=parse_fragment(args.order_by, "order_by", dialect)))
-        query.set("limit", exp.Limit(expression=exp.Literal.number(args.limit + 1)))  # one more: truncated
+        checked like run_sql_readonly. Same result shape, caps and result cache as run_sql_readonly."""
+
+        def statement() -> dict[str, Any]:
+            dialect = dialect_of(self._target(args.target_id).protocol)
+            columns = [parse_fragment(c, "column", dialect) for c in args.columns] if args.columns else [exp.Star()]
+            query = exp.Select(expressions=columns).from_(table_ref(args.table, args.schema_), copy=False)
+            if args.where:
+                query = query.where(parse_fragment(args.where, "where", dialect), copy=False)
+            if args.order_by:
+                query.set("order", exp.Order(expressions=parse_fragment(args.order_by, "order_by", dialect)))
+            query.set("limit", exp.Limit(expression=exp.Literal.number(args.limit + 1)))  # one more: truncated
+            return {
+                "tool_name": "sample_rows", "sql": query.sql(dialect=dialect), "target_id": args.target_id, "schema": None,
+                "max_rows": args.limit, "timeout_ms": None, "cache": args.cache,
+            }  # fmt: skip
+
+        size = len(args.table) + sum(map(len, args.columns or ())) + len(args.where or "") + len(args.order_by or "")
         return SqlResult.model_validate(
-            self._run(
-                ctx,
-                tool_name="sample_rows",
-                sql=query.sql(dialect=dialect),
-                target_id=args.target_id,
-                schema=None,
-                max_rows=args.limit,
-                timeout_ms=None,
-            )
+            await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
         )
 
     @tool("sample_distinct", title="Distinct values of a column", read_only=True, idempotent=True)
-    def sample_distinct(self, args: SampleDistinctIn, ctx: CallContext) -> SqlResult:
+    async def sample_distinct(self, args: SampleDistinctIn, ctx: CallContext) -> SqlResult:
         """Return the distinct values of a column (or expression) with their counts, the most frequent first.
 
         Columns of the result: value, count. `where` filters rows first. Parsed, rebuilt and
         checked like sample_rows; at most `limit` values (truncated=true when there are more)."""
-        dialect = dialect_of(self._target(args.target_id).protocol)
-        column = parse_fragment(args.column, "column", dialect)
-        value, count = exp.to_identifier("value", quoted=True), exp.to_identifier("count", quoted=True)
-        query = exp.Select(expressions=[exp.alias_(column, value), exp.alias_(exp.Count(this=exp.Star()), count)])
-        query = query.from_(table_ref(args.table, args.schema_), copy=False)
-        if args.where:
-            query = query.where(parse_fragment(args.where, "where", dialect), copy=False)
-        query.set("group", exp.Group(expressions=[column.copy()]))
-        query.set(
-            "order", exp.Order(expressions=[exp.Ordered(this=exp.column(count), desc=True), exp.Ordered(this=exp.column(value))])
-        )
-        query.set("limit", exp.Limit(expression=exp.Literal.number(args.limit + 1)))  # one more: truncated
+
+        def statement() -> dict[str, Any]:
+            dialect = dialect_of(self._target(args.target_id).protocol)
+            column = parse_fragment(args.column, "column", dialect)
+            value, count = exp.to_identifier("value", quoted=True), exp.to_identifier("count", quoted=True)
+            query = exp.Select(expressions=[exp.alias_(column, value), exp.alias_(exp.Count(this=exp.Star()), count)])
+            query = query.from_(table_ref(args.table, args.schema_), copy=False)
+            if args.where:
+                query = query.where(parse_fragment(args.where, "where", dialect), copy=False)
+            query.set("group", exp.Group(expressions=[column.copy()]))
+            order = [exp.Ordered(this=exp.column(count), desc=True), exp.Ordered(this=exp.column(value))]
+            query.set("order", exp.Order(expressions=order))
+            query.set("limit", exp.Limit(expression=exp.Literal.number(args.limit + 1)))  # one more: truncated
+            return {
+                "tool_name": "sample_distinct", "sql": query.sql(dialect=dialect), "target_id": args.target_id, "schema": None,
+                "max_rows": args.limit, "timeout_ms": None, "cache": args.cache,
+            }  # fmt: skip
+
+        size = len(args.table) + len(args.column) + len(args.where or "")
         return SqlResult.model_validate(
-            self._run(
-                ctx,
-                tool_name="sample_distinct",
-                sql=query.sql(dialect=dialect),
-                target_id=args.target_id,
-                schema=None,
-                max_rows=args.limit,
-                timeout_ms=None,
-            )
+            await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
         )
-
-
-def plan_of(protocol: str, out: dict[str, Any]) -> Any:
-    rows = out["rows"]
-    if not rows:
-        return None
-    if protocol == "sqlite":
-        names = [c["name"] for c in out["columns"]]
-        return [dict(zip(names, row)) for row in rows]
-    value = rows[0][0]
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value

@@ -20,11 +20,12 @@ from typing import Any, ClassVar
 import anyio
 import numpy as np
 
-from gateway.errors import InvalidArgument, NotFound, Unavailable
+from gateway.errors import InvalidArgument, Unavailable
 from gateway.store import ConfigModule, ConfigStore
 from gateway.tools import CallContext, tool
 from gateway.variables import Variable
 from handlers.rag import content, fts, search
+from handlers.rag.build_status import BuildWatch
 from handlers.rag.embeddings import index_embedding_config
 from handlers.rag.fetch import FetchTools
 from handlers.rag.filters import FilterSQL, build_filter
@@ -34,7 +35,8 @@ from handlers.rag.ingest.demo import start_demo_in_background
 from handlers.rag.ingest.reconcile import apply_source_changes, source_states
 from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
 from handlers.rag.ingest.tools import SyncTools
-from handlers.rag.limits import Call, fit_to_bytes
+from handlers.rag.limits import Call, fit_to_bytes, ids_not_found
+from handlers.rag.metrics import RagIndexCollector
 from handlers.rag.models import (
     AdminStatsIn,
     AdminStatsOut,
@@ -109,13 +111,16 @@ class RagHandler(SyncTools, FetchTools):
         super().__init__(services)
         self._closing = threading.Event()  # stops a purge of removed sources and the follower at shutdown
         self._follower: threading.Thread | None = None
+        self.build_watch = BuildWatch(self._local_job_status)  # search results say when the index is building
+
+    def _local_job_status(self, job_id: str) -> dict[str, Any] | None:
+        job = self.jobs.jobs.get(job_id) if self.jobs is not None else None
+        return job.status() if job is not None else None
 
     # -- the command line ------------------------------------------------------------------
     @classmethod
-    def add_cli(
-        cls, commands: argparse._SubParsersAction, *, open_store: Callable[[Path], ConfigStore], default_data_dir: str
-    ) -> None:
-        add_commands(commands, open_store=open_store, default_data_dir=default_data_dir)
+    def add_cli(cls, commands: argparse._SubParsersAction, *, open_store: Callable[[str | None], ConfigStore]) -> None:
+        add_commands(commands, open_store=open_store)
 
     @classmethod
     def add_serve_options(cls, serve: argparse.ArgumentParser) -> None:
@@ -126,6 +131,11 @@ class RagHandler(SyncTools, FetchTools):
         """The demo corpus: built on first start, synced in the background beside the workers."""
         if not args.no_demo:
             start_demo_in_background(data_dir, store=store, first_start=first_start)
+
+    @classmethod
+    def scrape_collectors(cls, data_dir: Path, runtime: Callable[[], Any]) -> list[Any]:
+        """The index's size and sync state, read from rag.db at each scrape (handlers/rag/metrics.py)."""
+        return [RagIndexCollector(Path(data_dir) / "rag.db", runtime)]
 
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:
@@ -222,7 +232,12 @@ class RagHandler(SyncTools, FetchTools):
         stats = Stats(
             k_requested=k_requested, k_returned=len(fitted), ms=call.ms(), mode=mode, vector_fewer_than_k=reader.fewer_than_k
         )
-        return SearchOutput(results=fitted, truncated=call.truncated or cut, stats=stats)
+        return SearchOutput(
+            results=fitted,
+            truncated=call.truncated or cut,
+            stats=stats,
+            index=self.build_watch.note(self._index()),
+        )
 
     # -- search tools ----------------------------------------------------------------------
     @tool("rag.search_fts", title="Keyword search", read_only=True)
@@ -311,7 +326,7 @@ class RagHandler(SyncTools, FetchTools):
         with reading(index, call) as reader:
             chunks, rowids = content.load_chunks(reader, served, args.return_)
             if not chunks:
-                raise NotFound(f"none of the {len(served)} chunk_ids is in the index")
+                raise ids_not_found("chunk_ids", args.chunk_ids, wanted, served)
             if args.diversity is not None:
                 chunks = content.mmr_order(reader, chunks, rowids, lam=args.diversity.lambda_)
         if args.max_output_tokens is not None:
@@ -322,6 +337,7 @@ class RagHandler(SyncTools, FetchTools):
         return GetChunksOut(
             chunks=fitted,
             missing=missing,
+            not_looked_up=len(wanted) - len(served),
             truncated=call.truncated or cut,
             stats=Stats(k_requested=len(args.chunk_ids), k_returned=len(fitted), ms=call.ms(), mode="chunks"),
         )
@@ -337,7 +353,7 @@ class RagHandler(SyncTools, FetchTools):
         with reading(index, call) as reader:
             docs = content.load_docs(reader, served, args.return_)
         if not docs:
-            raise NotFound(f"none of the {len(served)} doc_ids is in the index")
+            raise ids_not_found("doc_ids", args.doc_ids, wanted, served)
         fitted, cut = fit_to_bytes(
             docs, call.caps.response_max_bytes - _ENVELOPE_BYTES, text_field="body" if args.return_.include_body else None
         )
@@ -345,6 +361,7 @@ class RagHandler(SyncTools, FetchTools):
         return GetDocsOut(
             docs=fitted,
             missing=[d for d in served if d not in found],
+            not_looked_up=len(wanted) - len(served),
             truncated=call.truncated or cut,
             stats=Stats(k_requested=len(args.doc_ids), k_returned=len(fitted), ms=call.ms(), mode="docs"),
         )

@@ -19,7 +19,7 @@ import apsw
 import orjson
 
 from gateway.call import CallContext
-from gateway.errors import DeadlineExceeded, LimitExceeded
+from gateway.errors import DeadlineExceeded, LimitExceeded, NotFound
 from gateway.runtime import Runtime
 
 # SQLite calls the progress handler every this many VM instructions (~ tens of microseconds).
@@ -121,3 +121,25 @@ def fit_to_bytes(
                     kept.append({**item, text_field: text, f"{text_field}_truncated": True})
         return kept, True
     return kept, False
+
+
+def ids_not_found(kind: str, sent: list[str], distinct: list[str], looked_up: list[str]) -> NotFound:
+    """NOT_FOUND for a rag.get_* call none of whose ids is indexed, saying what was sent and
+    what rag-k_max left out (before, 1,000 unknown ids read as "none of the 50 ... is in the index")."""
+    left_out = len(distinct) - len(looked_up)
+    message = f"none of the {len(looked_up)} {kind} looked up is in the index"
+    if left_out:
+        message += (
+            f" ({len(sent)} sent, {len(distinct)} distinct; rag-k_max looks up the first {len(looked_up)}, "
+            f"the other {left_out} were not looked up)"
+        )
+    elif len(sent) != len(distinct):
+        message += f" ({len(sent)} sent, {len(distinct)} distinct)"
+    details = {
+        "sent": len(sent),
+        "distinct": len(distinct),
+        "looked_up": len(looked_up),
+        "not_looked_up": left_out,
+        "cap": "rag-k_max",
+    }
+    return NotFound(message, details=details)

@@ -8,14 +8,20 @@ by the tools themselves and reported with `truncated`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.tools import ToolInput, ToolOutput
+from gateway.tools import INT64_MAX, INT64_MIN, ToolInput, ToolOutput
 
 MAX_FILTER_VALUES = 1000  # per filter list
 MAX_IDS = 1000  # chunk_ids / doc_ids per get_* call (rag-k_max then cuts what is returned)
+# Bounds of the counts a caller asks for: far above what the rag-* caps serve (those clamp and say
+# `truncated`), far below what overflows SQLite's 64-bit integers.
+MAX_K = 1_000_000
+MAX_WEIGHT = 1_000_000.0
+SourceId = Annotated[int, Field(ge=0, le=INT64_MAX)]
+MetadataInt = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 # -- shared pieces ---------------------------------------------------------------------------
@@ -24,13 +30,15 @@ class Filters(ToolInput):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    source_ids: list[int] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Only these sources.")
+    source_ids: list[SourceId] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Only these sources.")
     source_names: list[str] | None = Field(
         None, max_length=MAX_FILTER_VALUES, description="Only these sources, by name (intersected with source_ids)."
     )
     doc_ids: list[str] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Only chunks of these documents.")
-    min_score: float | None = Field(None, description="Documents whose metadata Score is at least this.")
-    post_type_ids: list[int] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Metadata PostTypeId in this list.")
+    min_score: float | None = Field(None, ge=-1e15, le=1e15, description="Documents whose metadata Score is at least this.")
+    post_type_ids: list[MetadataInt] | None = Field(
+        None, max_length=MAX_FILTER_VALUES, description="Metadata PostTypeId in this list."
+    )
     tags_any: list[str] | None = Field(
         None, max_length=MAX_FILTER_VALUES, description="Documents with at least one of these tags."
     )
@@ -80,10 +88,24 @@ class Hit(BaseModel):
     debug: dict[str, Any] | None = None
 
 
+class IndexBuild(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    building: bool = Field(description="True: a sync is writing the index; results cover only what is indexed so far.")
+    documents: int = Field(description="Documents the running sync has written so far.")
+    of: int | None = Field(description="Rows the running sync has to read (None until its sources are counted).")
+    sources: list[str]
+    job_id: str
+    message: str
+
+
 class SearchOutput(ToolOutput):
     results: list[Hit]
     truncated: bool
     stats: Stats
+    index: IndexBuild | None = Field(
+        None, description="Present while a sync is building the index: its progress (results cover what is indexed so far)."
+    )
 
 
 # -- rag.search_fts ----------------------------------------------------------------------------
@@ -92,8 +114,10 @@ class SearchFtsIn(ToolInput):
     syntax: Literal["text", "fts5"] = Field(
         "text", description="text: any of the words, ranked by bm25 (safe for any input). fts5: the query is FTS5 MATCH syntax."
     )
-    k: int = Field(10, ge=1, description="Results wanted (capped by rag-k_max).")
-    offset: int = Field(0, ge=0, description="Skip this many ranked results (offset + k is capped by rag-candidates_max).")
+    k: int = Field(10, ge=1, le=MAX_K, description="Results wanted (capped by rag-k_max).")
+    offset: int = Field(
+        0, ge=0, le=MAX_K, description="Skip this many ranked results (offset + k is capped by rag-candidates_max)."
+    )
     filters: Filters = Field(default_factory=Filters)
     return_: SearchReturn = Field(default_factory=SearchReturn, alias="return")
 
@@ -114,7 +138,7 @@ class EmbeddingOptions(ToolInput):
 class SearchVectorIn(ToolInput):
     query_text: str | None = Field(None, min_length=1, description="Text to embed with the index's model.")
     query_embedding: QueryEmbedding | None = Field(None, description="A precomputed query vector (instead of query_text).")
-    k: int = Field(10, ge=1)
+    k: int = Field(10, ge=1, le=MAX_K, description="Results wanted (capped by rag-k_max).")
     filters: Filters = Field(default_factory=Filters)
     embedding: EmbeddingOptions | None = None
     return_: SearchReturn = Field(default_factory=SearchReturn, alias="return")
@@ -126,13 +150,18 @@ class SearchVectorIn(ToolInput):
 class FuseParams(ToolInput):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    fts_k: int = Field(100, ge=1, description="FTS candidates fused (capped by rag-candidates_max).")
-    vec_k: int = Field(100, ge=1, description="Vector candidates fused (capped by rag-candidates_max).")
-    rrf_k0: float = Field(20.0, ge=0, description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec).")
-    w_fts: float = Field(1.0, ge=0)
-    w_vec: float = Field(1.25, ge=0)
+    fts_k: int = Field(100, ge=1, le=MAX_K, description="FTS candidates fused (capped by rag-candidates_max).")
+    vec_k: int = Field(100, ge=1, le=MAX_K, description="Vector candidates fused (capped by rag-candidates_max).")
+    rrf_k0: float = Field(
+        20.0, ge=0, le=MAX_WEIGHT, description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec)."
+    )
+    w_fts: float = Field(1.0, ge=0, le=MAX_WEIGHT, description="Weight of the FTS ranking.")
+    w_vec: float = Field(1.25, ge=0, le=MAX_WEIGHT, description="Weight of the vector ranking.")
     w_all_terms: float = Field(
-        1.0, ge=0, description="Weight of a third ranking: the FTS matches that contain every query word (a precision signal)."
+        1.0,
+        ge=0,
+        le=MAX_WEIGHT,
+        description="Weight of a third ranking: the FTS matches that contain every query word (a precision signal).",
     )
     feedback_docs: int = Field(
         3,
@@ -146,14 +175,14 @@ class FuseParams(ToolInput):
 
 
 class FtsThenVecParams(ToolInput):
-    candidates_k: int = Field(200, ge=1, description="FTS candidates re-ranked (capped by rag-candidates_max).")
-    rerank_k: int = Field(50, ge=1, description="Re-ranked candidates kept; results are the top k of them.")
+    candidates_k: int = Field(200, ge=1, le=MAX_K, description="FTS candidates re-ranked (capped by rag-candidates_max).")
+    rerank_k: int = Field(50, ge=1, le=MAX_K, description="Re-ranked candidates kept; results are the top k of them.")
     vec_metric: Literal["cosine", "l2", "dot"] = "cosine"
 
 
 class SearchHybridIn(ToolInput):
     query: str = Field(..., min_length=1)
-    k: int = Field(10, ge=1)
+    k: int = Field(10, ge=1, le=MAX_K, description="Results wanted (capped by rag-k_max).")
     mode: Literal["fuse", "fts_then_vec"] = Field(
         "fuse", description="fuse: RRF of FTS and vector ranks. fts_then_vec: FTS candidates re-ranked by vector similarity."
     )
@@ -183,7 +212,10 @@ class GetChunksIn(ToolInput):
     return_: ChunksReturn = Field(default_factory=ChunksReturn, alias="return")
     diversity: Diversity | None = Field(None, description="Re-order by maximal marginal relevance over the chunk vectors.")
     max_output_tokens: int | None = Field(
-        None, ge=1, description="Budget for the returned bodies, estimated at 4 characters per token; the last body is cut."
+        None,
+        ge=1,
+        le=100_000_000,
+        description="Budget for the returned bodies, estimated at 4 characters per token; the last body is cut.",
     )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -205,7 +237,8 @@ class Chunk(BaseModel):
 
 class GetChunksOut(ToolOutput):
     chunks: list[Chunk]
-    missing: list[str]
+    missing: list[str] = Field(description="Ids looked up but not in the index.")
+    not_looked_up: int = Field(0, description="Distinct ids past rag-k_max, not looked up (truncated is true then).")
     truncated: bool
     stats: Stats
 
@@ -239,7 +272,8 @@ class Doc(BaseModel):
 
 class GetDocsOut(ToolOutput):
     docs: list[Doc]
-    missing: list[str]
+    missing: list[str] = Field(description="Ids looked up but not in the index.")
+    not_looked_up: int = Field(0, description="Distinct ids past rag-k_max, not looked up (truncated is true then).")
     truncated: bool
     stats: Stats
 

@@ -28,7 +28,7 @@ from gateway.errors import Unavailable
 from handlers.query import QueryHandler
 from tests.query import add_auth, add_target, make_services, make_store, ok, reload
 
-STATS_KEYS = {"target_id", "protocol", "size", "in_use", "idle", "waiting", "errors", "reconnects"}
+STATS_KEYS = {"target_id", "protocol", "size", "in_use", "idle", "waiting", "max_size", "errors", "reconnects", "timeouts"}
 
 
 def free_port() -> int:
@@ -180,7 +180,9 @@ def test_pool_limit_waiting_and_timeout(
             stats = stats_of(pools, engine)
             assert set(stats) == STATS_KEYS
             unused = [s for s in pools.stats() if s["target_id"] != engine]
-            assert len(unused) == 2 and all(s["size"] == 0 and s["errors"] == 0 for s in unused)  # listed before first use
+            assert len(unused) == 2 and all(
+                s["size"] == 0 and s["errors"] == 0 and s["max_size"] == 2 for s in unused
+            )  # listed before first use
             assert (stats["size"], stats["in_use"], stats["idle"]) == (2, 2, 0)
             waited: dict = {}
 
@@ -204,6 +206,7 @@ def test_pool_limit_waiting_and_timeout(
             assert waited["error"] == f"target {engine} is unreachable (no connection within the pool timeout)"
         stats = stats_of(pools, engine)
         assert (stats["size"], stats["in_use"], stats["idle"], stats["waiting"]) == (2, 0, 2, 0)
+        assert (stats["max_size"], stats["timeouts"]) == (2, 1)  # mcp_gateway_pool_max_connections, _timeouts_total
         with pools.connection(engine):  # capacity is back
             pass
     finally:

@@ -99,6 +99,7 @@ def test_every_target_loads_effective_or_says_why(tmp_path: Path, lite_file: Pat
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "port": "abc"}, "port must be an integer"),
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "port": 70000}, "port must be an integer"),
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "max_rows": 0}, "max_rows"),
+        ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "cache_ttl_ms": -5}, "cache_ttl_ms"),
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "active": 2}, "active must be 0 or 1"),
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "allow_explain": "maybe"}, "allow_explain"),
         ("mcp_target_profiles", {"target_id": "t", "protocol": "mysql", "allow_explain_analyze": 2}, "allow_explain_analyze"),

@@ -40,6 +40,7 @@ def evaluate(rows: list[dict[str, Any]], sql: str, **call: str) -> Any:
         ({"error_msg": "no", "OK_msg": "yes"}, "not both"),
         ({"flagIN": -1}, "flagIN"),
         ({"timeout_ms": 0}, "timeout_ms"),
+        ({"cache_ttl": -1}, "cache_ttl"),
         ({"active": 2}, "active"),
         ({"apply": "yes"}, "apply"),
     ],
@@ -120,6 +121,14 @@ def test_actions_accumulate() -> None:
     rows = [rule(1, timeout_ms=900), rule(2, timeout_ms=300), rule(3, timeout_ms=600), rule(4, OK_msg="cached answer")]
     outcome = evaluate(rows, "SELECT 1")
     assert outcome.timeout_ms == 300 and outcome.ok_msg == "cached answer" and outcome.matched == [1, 2, 3, 4]
+
+
+def test_the_last_matching_cache_ttl_wins_and_zero_is_a_say() -> None:
+    rows = [rule(1, cache_ttl=5000), rule(2, match_pattern="orders", cache_ttl=0), rule(3)]
+    assert evaluate(rows, "SELECT 1").cache_ttl == 5000
+    assert evaluate(rows, "SELECT * FROM orders").cache_ttl == 0  # rule 2 keeps orders out of the cache
+    assert evaluate([rule(1)], "SELECT 1").cache_ttl is None  # no say: the target's cache_ttl_ms applies
+    assert RuleSet.from_rows(rows).caches and not RuleSet.from_rows([rule(1, cache_ttl=0)]).caches
 
 
 # -- on the SQL tools, real PostgreSQL -----------------------------------------------------------

@@ -27,7 +27,9 @@ def _flat(result) -> str:
 
 def test_select_masks_secret_variables_in_memory_and_runtime(admin):
     for table in ("global_variables", "runtime_global_variables"):
-        result = admin.execute(f"SELECT * FROM {table} WHERE variable_name = 'mcp-config_endpoint_auth'")
+        result = admin.execute(
+            f"SELECT variable_name, variable_value FROM {table} WHERE variable_name = 'mcp-config_endpoint_auth'"
+        )
         assert result["rows"] == [["mcp-config_endpoint_auth", MASK]]
         assert SECRET not in _flat(result)
 

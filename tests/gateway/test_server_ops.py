@@ -8,11 +8,12 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import time
 
 import httpx
 import pytest
-from server_process import call_tool, start_gateway
+from server_process import REPO_ROOT, call_tool, start_gateway
 
 from gateway import tls
 
@@ -83,6 +84,9 @@ def test_metrics_also_served_on_a_plain_port():
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert "mcp_gateway_workers 2.0" in text  # the supervisor itself is not counted
         assert 'tool="get_config"' in text
+        # The handlers' scrape-time collectors (the RAG index) and the supervisor's restart count are there too.
+        assert "# TYPE mcp_rag_documents gauge" in text and "mcp_rag_index_bytes " in text
+        assert "mcp_gateway_worker_restarts_total 0.0" in text
 
 
 def _peer_fingerprint(port: int, ca: str) -> str:
@@ -135,3 +139,11 @@ def test_a_handler_that_fails_to_start_answers_unavailable_while_the_rest_serve(
         assert health["status"] == "degraded" and rag["status"] == "down" and rag["reason"]
         assert client.get("/healthz").json()["status"] == "degraded"
         assert 'mcp_gateway_handler_up{endpoint="rag"} 0.0' in client.get("/metrics").text
+        ready = client.get("/readyz")  # a load balancer or Kubernetes takes it out of rotation
+        assert ready.status_code == 503 and "rag" in ready.json()["down"]
+        # The container HEALTHCHECK: alive (exit 0), not ready (exit 1).
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        probe = [sys.executable, "-m", "gateway.cli", "healthcheck", "--data-dir", str(gw.data_dir)]
+        assert subprocess.run(probe, env=env, capture_output=True, timeout=60).returncode == 0
+        not_ready = subprocess.run([*probe, "--ready"], env=env, capture_output=True, text=True, timeout=60)
+        assert not_ready.returncode == 1 and "503" in not_ready.stderr

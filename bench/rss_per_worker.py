@@ -1,0 +1,116 @@
+"""Resident memory per gateway process, in the configurations an operator sizes for.
+
+Each configuration runs a real `mcp-gateway serve --workers N` (tests/server_process.py), warms
+it with a few calls (20 rag.search_hybrid, 20 get_config), then reads VmRSS and VmHWM of the
+parent and of each worker from /proc. Configurations:
+
+  hash        rag-embedding_provider=hash: no embedding model loaded (what a gateway costs)
+  local       the local all-MiniLM-L6-v2 model (the default), empty index
+  local+demo  the local model and the demo corpus (Python's documentation) indexed: the
+              parent builds it on first start; measured once that sync has finished
+
+The RSS a 1M-chunk index adds is measured by bench/rag_latency.py (ANN index loaded: see
+bench/README.md); add it per worker, since each worker loads its own copy.
+
+    python bench/rss_per_worker.py [--workers 2] [--configs hash,local,local+demo] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests")]
+
+import server_process  # noqa: E402
+from server_process import call_tool, start_gateway  # noqa: E402
+
+MIB = 1024 * 1024
+DEMO_TIMEOUT_S = 900
+
+
+def proc_memory(pid: int) -> dict[str, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = round(int(value.split()[0]) * 1024 / MIB, 1)
+    return fields
+
+
+def worker_pids(gw: server_process.GatewayProcess) -> list[int]:
+    with gw.client() as client:
+        text = client.get("/metrics").text
+    return sorted(int(p) for p in re.findall(r'^mcp_gateway_process_start_time_seconds\{pid="(\d+)"\}', text, re.M))
+
+
+def wait_for_demo(gw: server_process.GatewayProcess) -> float:
+    """Seconds until the demo source's sync has finished (documents present, no sync running)."""
+    started = time.monotonic()
+    with gw.client(timeout=30) as client:
+        while time.monotonic() - started < DEMO_TIMEOUT_S:
+            text = client.get("/metrics").text
+            documents = re.search(r'^mcp_rag_documents\{source="python_docs"\} ([0-9.e+]+)', text, re.M)
+            running = re.search(r"^mcp_rag_sync_running\{", text, re.M)
+            if documents and float(documents.group(1)) > 0 and not running:
+                return round(time.monotonic() - started, 1)
+            time.sleep(2)
+    raise RuntimeError("the demo corpus did not finish indexing")
+
+
+def measure(name: str, workers: int) -> dict[str, Any]:
+    variables = {"rag-embedding_provider": "hash"} if name == "hash" else {}
+    original = server_process.gateway_command
+    if name == "local+demo":  # the demo corpus is built by the parent on first start
+        server_process.gateway_command = lambda *a, **k: [arg for arg in original(*a, **k) if arg != "--no-demo"]
+    try:
+        with start_gateway(workers=workers, variables=variables, startup_timeout_s=120) as gw:
+            demo_s = wait_for_demo(gw) if name == "local+demo" else None
+            with gw.client(timeout=30) as client:
+                for i in range(20):
+                    call_tool(client, gw, "rag", "rag.search_hybrid", {"query": f"how do I sort a list {i}", "k": 5})
+                    call_tool(client, gw, "config", "get_config", {"variable_name": "mcp-timeout_ms"})
+            time.sleep(1.5)
+            pids = worker_pids(gw)
+            result = {
+                "config": name,
+                "workers": workers,
+                "parent_mib": proc_memory(gw.process.pid),
+                "workers_mib": [proc_memory(pid) for pid in pids],
+            }
+            if demo_s is not None:
+                result["demo_index_s"] = demo_s
+            return result
+    finally:
+        server_process.gateway_command = original
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--configs", default="hash,local,local+demo")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = [measure(name, args.workers) for name in args.configs.split(",")]
+    for result in results:
+        rss = [w["VmRSS"] for w in result["workers_mib"]]
+        result["worker_rss_mean_mib"] = round(sum(rss) / len(rss), 1)
+    base = next((r["worker_rss_mean_mib"] for r in results if r["config"] == "hash"), None)
+    if base:
+        for result in results:
+            result["worker_rss_vs_hash"] = round(result["worker_rss_mean_mib"] / base, 2)
+    text = json.dumps({"results": results}, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

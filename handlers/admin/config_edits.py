@@ -1,0 +1,295 @@
+"""Structured edits of the memory layer: target and auth profiles, query rules, RAG sources.
+
+Each upsert writes only the fields given (a new row takes the table's defaults for the rest),
+then validates the whole module exactly as LOAD ... TO RUNTIME would, and keeps the edit only
+if it validates: an invalid edit changes nothing and the error names the field. Nothing here
+touches the runtime; `admin.load_to_runtime` applies, `admin.save_to_disk` keeps.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import Field
+
+from gateway import sqlite
+from gateway.errors import InvalidArgument
+from gateway.store import ConfigStore
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
+from handlers.admin import rows
+from handlers.admin.base import AdminBase, module_named
+
+PROFILES, RULES, SOURCES = "MCP PROFILES", "MCP QUERY RULES", "RAG SOURCES"
+FLAG_COLUMNS = {"use_ssl", "allow_explain", "allow_explain_analyze", "allow_discovery", "active", "enabled"}
+
+
+def _db_values(args: ToolInput, *, json_columns: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields the caller set, as admin-table values (flags 0/1, JSON columns as text)."""
+    values = args.model_dump(exclude_unset=True, by_alias=True)
+    for column, value in values.items():
+        if column in FLAG_COLUMNS and isinstance(value, bool):
+            values[column] = int(value)
+        elif column in json_columns and value is not None:
+            values[column] = json.dumps(value)
+    return values
+
+
+def password_source(stored: str | None) -> str:
+    """How an auth profile gets its password, never the password: none, literal, env:NAME, file:PATH."""
+    if not stored:
+        return "none"
+    if stored.startswith(("env:", "file:")):
+        return stored
+    return "literal"
+
+
+# -- models ---------------------------------------------------------------------------------------
+
+
+class TargetProfileIn(ToolInput):
+    target_id: str = Field(min_length=1, max_length=64, description="Logical name clients route to.")
+    protocol: str | None = Field(default=None, description="mysql, pgsql or sqlite (required for a new target).")
+    host: str | None = None
+    port: int | None = Field(default=None, ge=0, le=65535, description="0: the protocol's default port.")
+    database: str | None = Field(default=None, description="Database name, or the file path for sqlite.")
+    auth_profile_id: str | None = Field(default=None, description="Credentials to connect with (an auth profile).")
+    description: str | None = None
+    max_rows: int | None = Field(default=None, ge=1, le=1_000_000)
+    timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
+    allow_explain: bool | None = None
+    allow_explain_analyze: bool | None = None
+    allow_discovery: bool | None = None
+    active: bool | None = None
+    comment: str | None = None
+
+
+class AuthProfileIn(ToolInput):
+    auth_profile_id: str = Field(min_length=1, max_length=64)
+    db_username: str | None = None
+    db_password: str | None = Field(
+        default=None,
+        description="Write-only: a literal password, env:NAME (an environment variable) or file:/abs/path (its first line). Never returned.",
+    )
+    default_schema: str | None = None
+    use_ssl: bool | None = None
+    ssl_mode: str | None = Field(default=None, description="disable, prefer, require, verify-ca or verify-full.")
+    comment: str | None = None
+
+
+class QueryRuleIn(ToolInput):
+    rule_id: int = Field(ge=0, le=2_147_483_647, description="Rules are evaluated in rule_id order.")
+    active: bool | None = None
+    username: str | None = None
+    target_id: str | None = None
+    schemaname: str | None = None
+    tool_name: str | None = None
+    match_pattern: str | None = Field(default=None, description="Python regular expression searched in the SQL.")
+    negate_match_pattern: bool | None = None
+    re_modifiers: str | None = Field(default=None, description="CASELESS, GLOBAL (comma separated).")
+    flagIN: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    flagOUT: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    replace_pattern: str | None = None
+    timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
+    error_msg: str | None = None
+    OK_msg: str | None = None
+    log: bool | None = None
+    apply: bool | None = None
+    comment: str | None = None
+
+
+class RagSourceIn(ToolInput):
+    name: str = Field(min_length=1, max_length=128, description="The source's unique name (the key of the upsert).")
+    enabled: bool | None = None
+    target_id: str | None = Field(default=None, description="An MCP PROFILES target: where the rows are read.")
+    table_name: str | None = None
+    pk_column: str | None = None
+    watermark_column: str | None = None
+    where_sql: str | None = None
+    doc_map_json: dict[str, Any] | None = None
+    chunking_json: dict[str, Any] | None = None
+    embedding_json: dict[str, Any] | None = None
+    sync_interval_s: int | None = Field(default=None, ge=0, le=31_536_000)
+    key_scan_interval_s: int | None = Field(default=None, ge=0, le=31_536_000)
+    comment: str | None = None
+
+
+class TargetKeyIn(ToolInput):
+    target_id: str = Field(min_length=1, max_length=64)
+
+
+class AuthKeyIn(ToolInput):
+    auth_profile_id: str = Field(min_length=1, max_length=64)
+
+
+class RuleKeyIn(ToolInput):
+    rule_id: int = Field(ge=0, le=2_147_483_647)
+
+
+class SourceKeyIn(ToolInput):
+    name: str = Field(min_length=1, max_length=128)
+
+
+class NoArgs(ToolInput):
+    pass
+
+
+class EditOut(ToolOutput):
+    table: str
+    action: str = Field(description="inserted, updated or deleted (in the memory layer).")
+    row: dict[str, Any] = Field(description="The memory row now (deleted: as it was); secrets masked.")
+    pending: str = Field(
+        default="memory only: admin.load_to_runtime applies it, admin.save_to_disk keeps it",
+        description="What is left to do for the edit to serve and to survive a restart.",
+    )
+
+
+class LayeredRow(ToolOutput):
+    key: str
+    memory: dict[str, Any] | None
+    runtime: dict[str, Any] | None
+    disk: dict[str, Any] | None
+    pending_load: bool = Field(description="Memory differs from runtime for this row.")
+    pending_save: bool = Field(description="Memory differs from disk for this row.")
+
+
+class ListTargetsOut(ToolOutput):
+    targets: list[LayeredRow] = Field(description="runtime carries effective, skip_reason and privilege_warnings.")
+    auth_profiles: list[LayeredRow] = Field(description="Passwords appear only as password_source.")
+
+
+class ListRowsOut(ToolOutput):
+    rows: list[LayeredRow]
+
+
+# -- the tools ------------------------------------------------------------------------------------
+
+
+class ConfigEditTools(AdminBase):
+    def _layered(self, module_name: str, table: str) -> list[LayeredRow]:
+        store = self.store
+        module = module_named(store, module_name)
+        by_layer = rows.read_layers(store, module)[table]
+        over = rows.columns(store, table)
+        keys = sorted(set().union(*(set(v) for v in by_layer.values())), key=lambda k: tuple(str(p) for p in k))
+        listed = []
+        for key in keys:
+            memory, runtime, disk = (by_layer[layer].get(key) for layer in rows.LAYERS)
+            listed.append(
+                LayeredRow(
+                    key="/".join(str(p) for p in key),
+                    memory=_shown(store, module_name, memory),
+                    runtime=_shown(store, module_name, runtime),
+                    disk=_shown(store, module_name, disk),
+                    pending_load=rows.compare(memory, runtime, over)[0] != "same",
+                    pending_save=rows.compare(memory, disk, over)[0] != "same",
+                )
+            )
+        return listed
+
+    def _edit(self, ctx: CallContext, module_name: str, table: str, args: ToolInput, **kw: Any) -> EditOut:
+        store = self.store
+        module = module_named(store, module_name)
+        values = _db_values(args, json_columns=kw.pop("json_columns", ()))
+        with self.audited(ctx, values) as entry:
+            before, after = rows.upsert(store, module, table, values, **kw)
+            entry.before, entry.after = _shown(store, module_name, before), _shown(store, module_name, after)
+            return EditOut(table=table, action="updated" if before else "inserted", row=entry.after or {})
+
+    def _delete(self, ctx: CallContext, module_name: str, table: str, key: dict[str, Any]) -> EditOut:
+        with self.audited(ctx, key) as entry:
+            deleted = rows.delete(self.store, table, key)
+            entry.before = _shown(self.store, module_name, deleted)
+            return EditOut(table=table, action="deleted", row=entry.before or {})
+
+    @tool("admin.list_targets", title="List targets in every layer", read_only=True)
+    def list_targets(self, args: NoArgs, ctx: CallContext) -> ListTargetsOut:
+        """List target and auth profiles with their memory, runtime and disk rows side by side.
+
+        The runtime row says whether the target serves (effective, skip_reason) and what its
+        account could do beyond reading (privilege_warnings). Passwords are never shown."""
+        return ListTargetsOut(
+            targets=self._layered(PROFILES, "mcp_target_profiles"),
+            auth_profiles=self._layered(PROFILES, "mcp_auth_profiles"),
+        )
+
+    @tool("admin.upsert_target_profile", title="Add or change a target", read_only=False, destructive=True, idempotent=True)
+    def upsert_target_profile(self, args: TargetProfileIn, ctx: CallContext) -> EditOut:
+        """Add a target profile or change the given fields of one, in the memory layer, validated as LOAD MCP PROFILES would."""
+        return self._edit(ctx, PROFILES, "mcp_target_profiles", args)
+
+    @tool("admin.delete_target_profile", title="Delete a target", read_only=False, destructive=True, idempotent=True)
+    def delete_target_profile(self, args: TargetKeyIn, ctx: CallContext) -> EditOut:
+        """Delete a target profile from the memory layer (the runtime serves it until the next load)."""
+        return self._delete(ctx, PROFILES, "mcp_target_profiles", {"target_id": args.target_id})
+
+    @tool("admin.upsert_auth_profile", title="Add or change credentials", read_only=False, destructive=True, idempotent=True)
+    def upsert_auth_profile(self, args: AuthProfileIn, ctx: CallContext) -> EditOut:
+        """Add an auth profile (database credentials) or change the given fields of one, in the memory layer.
+
+        db_password is write-only (a literal, env:NAME or file:/path): answers and the audit
+        trail show only password_source."""
+        return self._edit(ctx, PROFILES, "mcp_auth_profiles", args)
+
+    @tool("admin.delete_auth_profile", title="Delete credentials", read_only=False, destructive=True, idempotent=True)
+    def delete_auth_profile(self, args: AuthKeyIn, ctx: CallContext) -> EditOut:
+        """Delete an auth profile from the memory layer; refused while a target profile (in memory) still uses it."""
+        users = [
+            r["target_id"]
+            for r in sqlite.rows(
+                self.store.conn(),
+                "SELECT target_id FROM main.mcp_target_profiles WHERE auth_profile_id = ?",
+                (args.auth_profile_id,),
+            )
+        ]
+        if users:
+            with self.audited(ctx, {"auth_profile_id": args.auth_profile_id}):
+                raise InvalidArgument(
+                    f"auth profile {args.auth_profile_id!r} is used by target(s) {', '.join(sorted(users))}; "
+                    "point them elsewhere or delete them first"
+                )
+        return self._delete(ctx, PROFILES, "mcp_auth_profiles", {"auth_profile_id": args.auth_profile_id})
+
+    @tool("admin.list_query_rules", title="List query rules in every layer", read_only=True)
+    def list_query_rules(self, args: NoArgs, ctx: CallContext) -> ListRowsOut:
+        """List MCP query rules with their memory, runtime and disk rows side by side, in rule_id order."""
+        return ListRowsOut(rows=sorted(self._layered(RULES, "mcp_query_rules"), key=lambda r: int(r.key)))
+
+    @tool("admin.upsert_query_rule", title="Add or change a query rule", read_only=False, destructive=True, idempotent=True)
+    def upsert_query_rule(self, args: QueryRuleIn, ctx: CallContext) -> EditOut:
+        """Add a query rule or change the given fields of one, in the memory layer, validated as LOAD MCP QUERY RULES would (the regex must compile)."""
+        return self._edit(ctx, RULES, "mcp_query_rules", args)
+
+    @tool("admin.delete_query_rule", title="Delete a query rule", read_only=False, destructive=True, idempotent=True)
+    def delete_query_rule(self, args: RuleKeyIn, ctx: CallContext) -> EditOut:
+        """Delete a query rule from the memory layer."""
+        return self._delete(ctx, RULES, "mcp_query_rules", {"rule_id": args.rule_id})
+
+    @tool("admin.list_rag_sources", title="List RAG sources in every layer", read_only=True)
+    def list_rag_sources(self, args: NoArgs, ctx: CallContext) -> ListRowsOut:
+        """List RAG sources with their memory, runtime and disk rows side by side (embedding API keys masked)."""
+        return ListRowsOut(rows=self._layered(SOURCES, "rag_sources"))
+
+    @tool("admin.upsert_rag_source", title="Add or change a RAG source", read_only=False, destructive=True, idempotent=True)
+    def upsert_rag_source(self, args: RagSourceIn, ctx: CallContext) -> EditOut:
+        """Add a RAG source (by name) or change the given fields of one, in the memory layer, validated as LOAD RAG SOURCES would."""
+        json_columns = ("doc_map_json", "chunking_json", "embedding_json")
+        return self._edit(ctx, SOURCES, "rag_sources", args, json_columns=json_columns, conflict=["name"])
+
+    @tool("admin.delete_rag_source", title="Delete a RAG source", read_only=False, destructive=True, idempotent=True)
+    def delete_rag_source(self, args: SourceKeyIn, ctx: CallContext) -> EditOut:
+        """Delete a RAG source from the memory layer (its indexed documents stay until a sync or purge)."""
+        return self._delete(ctx, SOURCES, "rag_sources", {"name": args.name})
+
+
+def _shown(store: ConfigStore, module_name: str, row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A row as answers and the audit trail show it: auth passwords as password_source only."""
+    if row is None:
+        return None
+    shown = rows.mask_row(store, module_named(store, module_name), row) or {}
+    if "db_password" in row:
+        del shown["db_password"]
+        shown["password_source"] = password_source(row["db_password"])
+    if isinstance(shown.get("privilege_warnings"), str):  # runtime rows keep it as JSON text
+        shown["privilege_warnings"] = json.loads(shown["privilege_warnings"])
+    return shown
