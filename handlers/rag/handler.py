@@ -288,14 +288,15 @@ class RagHandler(SyncTools, FetchTools):
 
     @tool("rag.search_hybrid", title="Hybrid search", read_only=True)
     def search_hybrid(self, args: SearchHybridIn, ctx: CallContext) -> SearchOutput:
-        """Keyword and semantic search combined: the best default. mode "fuse" ranks by
-        reciprocal rank fusion of the FTS and vector rankings (weights w_fts/w_vec, constant
-        rrf_k0, candidates fts_k/vec_k), with pseudo-relevance feedback: the query vector is
-        moved towards the top feedback_docs fused chunks and the vector ranking redone
-        (feedback_docs 0 turns it off). mode "fts_then_vec" takes the top candidates_k FTS
-        matches and re-ranks them by vector similarity (vec_metric cosine|l2|dot), keeping
-        rerank_k. score in [0,1], higher is better; score_fts/score_vec and the raw values are
-        given alongside, and debug.rank_fts/rank_vec show where each hit ranked."""
+        """Keyword and semantic search combined: the best default. mode "fuse" merges the FTS
+        and vector rankings; fuse.fusion "adaptive" (default) adds per-query z-scores of both,
+        leaning on the vector ranking for long questions and on FTS when a query word is rare
+        (an identifier, a flag), and "rrf" is reciprocal rank fusion (weights w_fts/w_vec,
+        constant rrf_k0; candidates fts_k/vec_k either way); feedback_docs > 0 adds
+        pseudo-relevance feedback. mode "fts_then_vec" takes the top candidates_k FTS matches and
+        re-ranks them by vector similarity (vec_metric cosine|l2|dot), keeping rerank_k. score
+        in [0,1], higher is better; score_fts/score_vec and the raw values are given alongside,
+        and debug.rank_fts/rank_vec show where each hit ranked."""
         index, call = self._index(), Call.of(ctx)
         call.check_query(args.query)
         match = fts.build_match(args.query)

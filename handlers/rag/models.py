@@ -7,6 +7,7 @@ by the tools themselves and reported with `truncated`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -148,30 +149,68 @@ class SearchVectorIn(ToolInput):
 
 # -- rag.search_hybrid -------------------------------------------------------------------------
 class FuseParams(ToolInput):
+    """Settings of mode "fuse". Left out, a setting takes its fusion's default (RESOLVED_DEFAULTS)."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
+    fusion: Literal["adaptive", "rrf"] = Field(
+        "adaptive",
+        description="adaptive: per-query z-scores of both rankings, weighted by query length, rare words and each "
+        "ranking's confidence. rrf: reciprocal rank fusion (with no other setting: the blueprint's k0 60, equal weights).",
+    )
     fts_k: int = Field(100, ge=1, le=MAX_K, description="FTS candidates fused (capped by rag-candidates_max).")
     vec_k: int = Field(100, ge=1, le=MAX_K, description="Vector candidates fused (capped by rag-candidates_max).")
-    rrf_k0: float = Field(
-        20.0, ge=0, le=MAX_WEIGHT, description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec)."
+    rrf_k0: float | None = Field(
+        None, ge=0, le=MAX_WEIGHT, description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec)."
     )
-    w_fts: float = Field(1.0, ge=0, le=MAX_WEIGHT, description="Weight of the FTS ranking.")
-    w_vec: float = Field(1.25, ge=0, le=MAX_WEIGHT, description="Weight of the vector ranking.")
-    w_all_terms: float = Field(
-        1.0,
+    w_fts: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="Weight of the keyword ranking.")
+    w_vec: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="Weight of the vector ranking.")
+    w_all_terms: float | None = Field(
+        None,
         ge=0,
         le=MAX_WEIGHT,
         description="Weight of a third ranking: the FTS matches that contain every query word (a precision signal).",
     )
-    feedback_docs: int = Field(
-        3,
+    rare_boost: float | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="adaptive: how much a rare query word (bm25 idf above 5) raises the keyword ranking's weight (0: off).",
+    )
+    feedback_docs: int | None = Field(
+        None,
         ge=0,
         le=20,
         description="Pseudo-relevance feedback: move the query vector towards the top N fused chunks and redo the vector ranking (0: off).",
     )
-    feedback_weight: float = Field(
-        2.0, ge=0, le=10, description="Weight of the feedback centroid added to the unit query vector."
+    feedback_weight: float | None = Field(
+        None, ge=0, le=10, description="Weight of the feedback centroid added to the unit query vector."
     )
+
+    def resolved(self) -> ResolvedFuse:
+        defaults = RESOLVED_DEFAULTS[self.fusion]
+        given = {name: getattr(self, name) for name in ResolvedFuse.__dataclass_fields__ if name != "fusion"}
+        return replace(defaults, **{name: value for name, value in given.items() if value is not None})
+
+
+@dataclass(frozen=True)
+class ResolvedFuse:
+    fusion: str
+    rrf_k0: float
+    w_fts: float
+    w_vec: float
+    w_all_terms: float
+    rare_boost: float
+    feedback_docs: int
+    feedback_weight: float
+
+
+# The defaults of each fusion, chosen on four collections (bench/retrieval_eval.py, bench/README.md).
+# "rrf" alone is the blueprint's plain RRF, the baseline the adaptive default is measured against.
+RESOLVED_DEFAULTS = {
+    "adaptive": ResolvedFuse("adaptive", rrf_k0=60.0, w_fts=1.0, w_vec=1.5, w_all_terms=0.0, rare_boost=0.5, feedback_docs=0, feedback_weight=1.0),
+    "rrf": ResolvedFuse("rrf", rrf_k0=60.0, w_fts=1.0, w_vec=1.0, w_all_terms=0.0, rare_boost=0.0, feedback_docs=0, feedback_weight=2.0),
+}  # fmt: skip
 
 
 class FtsThenVecParams(ToolInput):
@@ -184,7 +223,8 @@ class SearchHybridIn(ToolInput):
     query: str = Field(..., min_length=1)
     k: int = Field(10, ge=1, le=MAX_K, description="Results wanted (capped by rag-k_max).")
     mode: Literal["fuse", "fts_then_vec"] = Field(
-        "fuse", description="fuse: RRF of FTS and vector ranks. fts_then_vec: FTS candidates re-ranked by vector similarity."
+        "fuse",
+        description="fuse: FTS and vector rankings merged (see fuse.fusion). fts_then_vec: FTS candidates re-ranked by vector similarity.",
     )
     filters: Filters = Field(default_factory=Filters)
     fuse: FuseParams = Field(default_factory=FuseParams)

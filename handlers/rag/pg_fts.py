@@ -71,6 +71,16 @@ class TermStats:
             n, avgdl = self._corpus
             return lexemes, [math.log(1 + (n - self._df[x] + 0.5) / (self._df[x] + 0.5)) for x in lexemes], max(avgdl, 1.0)
 
+    def rare_idf(self, conn: psycopg.Connection, text: str, threshold: float) -> float:
+        """fts.rare_term_idf on PostgreSQL: bm25's idf, log((N - df + 0.5) / (df + 0.5)), of the
+        query's rarest word when it exceeds `threshold` (else 0); words in no chunk do not count."""
+        lexemes, _, _ = self.idfs(conn, text)
+        with self._lock:
+            n = self._corpus[0]
+            idfs = [math.log((n - self._df[x] + 0.5) / (self._df[x] + 0.5)) for x in lexemes if self._df.get(x)]
+        best = max(idfs, default=0.0)
+        return best if best > threshold else 0.0
+
 
 def tsquery_sql(match: Any) -> tuple[str, str]:
     """(SQL expression with one placeholder, its parameter) for a fts.MatchQuery.

@@ -6,7 +6,8 @@ through a storage.Reader (rag.db or PostgreSQL), which answers in rowids and raw
 
     score_fts  = x / (1 + x), x = -bm25           (raw: score_fts_raw = bm25)
     score_vec  = 1 - cosine_distance / 2          (raw: distance_raw in the metric asked for)
-    fuse score = RRF / RRF_max, RRF = w_fts/(k0 + rank_fts) + w_vec/(k0 + rank_vec), ranks from 1
+    fuse score = the fused value (fusion.py: adaptive z-score fusion, or RRF) scaled over the
+                 candidates so the best is 1 and the weakest candidate 0
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from gateway.errors import InvalidArgument
-from handlers.rag import fts
+from handlers.rag import fts, fusion
 from handlers.rag.filters import FilterSQL
 from handlers.rag.limits import Call
-from handlers.rag.models import FtsThenVecParams, FuseParams, SearchReturn
+from handlers.rag.models import FtsThenVecParams, FuseParams, ResolvedFuse, SearchReturn
 from handlers.rag.storage import Reader
 
 
@@ -91,73 +92,112 @@ def search_fuse(
     k: int,
 ) -> list[Scored]:
     """`query_vector` waits for the query's embedding, which the caller has started: the
-    keyword rankings run first, meanwhile."""
-    if params.w_fts == 0 and params.w_vec == 0:
+    keyword rankings run first, meanwhile. How the rankings merge is fusion.py's."""
+    settings = params.resolved()
+    if settings.w_fts == 0 and settings.w_vec == 0:
         raise InvalidArgument("fuse: w_fts and w_vec cannot both be 0")
     fts_k = call.clamp(params.fts_k, call.caps.candidates_max)
     vec_k = call.clamp(params.vec_k, call.caps.candidates_max)
-    fts_rows = reader.fts_ranked(match, flt, limit=fts_k) if match is not None and params.w_fts > 0 else []
+    fts_rows = reader.fts_ranked(match, flt, limit=fts_k) if match is not None and settings.w_fts > 0 else []
     # Chunks holding every query word: rare for a natural-language question (then this list is
-    # empty and changes nothing), decisive for a keyword lookup, where the vector ranking alone
-    # would drag the fused order below plain FTS (bench/retrieval_eval.py --known-item).
-    all_terms = match.all_terms() if match is not None and params.w_all_terms > 0 else None
+    # empty and changes nothing), decisive for a keyword lookup under RRF, where the vector
+    # ranking alone would drag the fused order below plain FTS. Adaptive fusion gets that from
+    # the rare-word weight instead, so it skips this query unless asked.
+    all_terms = match.all_terms() if match is not None and settings.w_all_terms > 0 else None
     all_rows = reader.fts_ranked(all_terms, flt, limit=fts_k) if all_terms is not None else []
+    signals = None
+    if settings.fusion == "adaptive":
+        signals = fusion.QuerySignals(
+            terms=len(match.terms) if match is not None else 0,
+            max_idf=reader.rare_term_idf(match, fusion.RARE_IDF) if fts_rows else 0.0,
+        )
     query = query_vector()
     call.check_deadline()
     unit = unit_query(query, reader.dim)
-    pool = reader.vector_candidates(unit, vec_k, flt) if params.w_vec > 0 else None
+    pool = reader.vector_candidates(unit, vec_k, flt) if settings.w_vec > 0 else None
     vec_rows = pool.nearest(unit, vec_k) if pool is not None else []
     call.check_deadline()
-    fused = _rrf(fts_rows, vec_rows, all_rows, params)
-    if params.feedback_docs and vec_rows:
+    fused = _combine(fts_rows, vec_rows, vec_rows, all_rows, signals, settings)
+    if settings.feedback_docs and vec_rows:
         # Pseudo-relevance feedback (Rocchio) on the query vector: the top fused chunks, which
         # both rankings vouch for, pull the query towards the vocabulary of the relevant
-        # documents; the vector ranking is redone with it and fused again. Measured on
-        # Cranfield: nDCG@10 0.440 -> 0.463 (bench/retrieval_eval.py --sweep). The moved query
-        # is ranked over the first search's candidates (twice vec_k, exact floats already read)
-        # rather than by a second search, with the feedback chunks added (bench/README.md).
-        top = [hit.rowid for hit in sorted(fused.values(), key=lambda h: (-h.score, h.rowid))[: params.feedback_docs]]
+        # documents; the vector ranking is redone with it and fused again (bench/README.md).
+        # The moved query is ranked over the first search's candidates (twice vec_k, exact
+        # floats already read) rather than by a second search, with the feedback chunks added.
+        top = [rowid for rowid, _ in fusion.best_first(fused, settings.feedback_docs)]
         rowids, matrix = reader.read_vectors(top)
         if len(matrix):
-            moved = unit + params.feedback_weight * matrix.mean(axis=0)
+            moved = unit + settings.feedback_weight * matrix.mean(axis=0)
             moved /= max(float(np.linalg.norm(moved)), 1e-12)
             pool = pool.including(rowids, matrix)  # the feedback chunks themselves compete too
             distances = pool.distances(unit)
-            # Ranks come from the moved query; the scores shown stay those of the caller's query.
-            vec_rows = [(rowid, distances[rowid]) for rowid, _ in pool.nearest(moved, vec_k)]
-            fused = _rrf(fts_rows, vec_rows, all_rows, params)
+            ranked = pool.nearest(moved, vec_k)  # ranks (and z-scores) come from the moved query
+            vec_rows = [(rowid, distances[rowid]) for rowid, _ in ranked]  # shown: the caller's query
+            fused = _combine(fts_rows, ranked, vec_rows, all_rows, signals, settings)
             call.check_deadline()
-
-    used_weight = params.w_fts + params.w_vec + (params.w_all_terms if all_terms is not None else 0.0)
-    best_possible = used_weight / (params.rrf_k0 + 1)
-    top_hits = sorted(fused.values(), key=lambda h: (-h.score, h.rowid))[:k]
-    for hit in top_hits:
-        hit.score = min(1.0, hit.score / best_possible)
+    if signals is None:  # RRF: scaled by the best score possible, as the blueprint's fusion is
+        used = settings.w_fts + settings.w_vec + (settings.w_all_terms if all_terms is not None else 0.0)
+        best_possible = used / (settings.rrf_k0 + 1)
+        scale = lambda value: min(1.0, value / best_possible)  # noqa: E731
+    else:  # adaptive: over the candidates, so the best is 1 and the weakest 0
+        low, high = min(fused.values(), default=0.0), max(fused.values(), default=0.0)
+        scale = lambda value: (value - low) / (high - low) if high > low else 1.0  # noqa: E731
+    top_hits = _scored(fused, scale, fts_rows, vec_rows, all_rows, k)
     _complete_scores(reader, match, query, top_hits)
     return top_hits
 
 
-def _rrf(
-    fts_rows: list[tuple[int, float]], vec_rows: list[tuple[int, float]], all_rows: list[tuple[int, float]], params: FuseParams
-) -> dict[int, Scored]:
-    """Reciprocal rank fusion (ranks from 1) with the caller's float weights."""
-    k0 = params.rrf_k0
-    fused: dict[int, Scored] = {}
-    for rank, (rowid, _) in enumerate(all_rows, start=1):
-        hit = fused.setdefault(rowid, Scored(rowid, 0.0, debug={"rank_fts": None, "rank_vec": None, "rank_all_terms": None}))
-        hit.score += params.w_all_terms / (k0 + rank)
-        hit.debug["rank_all_terms"] = rank
-    for rank, (rowid, raw) in enumerate(fts_rows, start=1):
-        hit = fused.setdefault(rowid, Scored(rowid, 0.0, debug={"rank_fts": None, "rank_vec": None, "rank_all_terms": None}))
-        hit.score += params.w_fts / (k0 + rank)
-        hit.score_fts, hit.score_fts_raw = fts.normalise_bm25(raw), raw
-        hit.debug["rank_fts"] = rank
-    for rank, (rowid, distance) in enumerate(vec_rows, start=1):
-        hit = fused.setdefault(rowid, Scored(rowid, 0.0, debug={"rank_fts": None, "rank_vec": None, "rank_all_terms": None}))
-        hit.score += params.w_vec / (k0 + rank)
-        hit.score_vec, hit.distance_raw = score_vec(distance), distance
-        hit.debug["rank_vec"] = rank
+def _combine(
+    fts_rows: list[tuple[int, float]],
+    ranked_vec: list[tuple[int, float]],
+    vec_rows: list[tuple[int, float]],
+    all_rows: list[tuple[int, float]],
+    signals: fusion.QuerySignals | None,
+    settings: ResolvedFuse,
+) -> dict[int, float]:
+    """The fused score per rowid. Rankings carry bm25 (lower is better) and cosine distances;
+    fusion.py wants higher-is-better scores, and `ranked_vec` gives the vector order."""
+    if signals is None:
+        rankings = [(fts_rows, settings.w_fts), (ranked_vec, settings.w_vec), (all_rows, settings.w_all_terms)]
+        return fusion.fuse_rrf(rankings, settings.rrf_k0)
+    fts_scores = [(rowid, -bm25) for rowid, bm25 in fts_rows]
+    vec_scores = [(rowid, 1.0 - distance) for rowid, distance in ranked_vec]
+    fused = fusion.fuse_adaptive(
+        fts_scores, vec_scores, signals, w_fts=settings.w_fts, w_vec=settings.w_vec, rare_boost=settings.rare_boost
+    )
+    if all_rows and settings.w_all_terms > 0:  # asked for explicitly: a bonus by rank, as in RRF
+        for rowid, bonus in fusion.fuse_rrf([(all_rows, settings.w_all_terms)], settings.rrf_k0).items():
+            if rowid in fused:
+                fused[rowid] += bonus
     return fused
+
+
+def _scored(
+    fused: dict[int, float],
+    scale: Callable[[float], float],
+    fts_rows: list[tuple[int, float]],
+    vec_rows: list[tuple[int, float]],
+    all_rows: list[tuple[int, float]],
+    k: int,
+) -> list[Scored]:
+    """The top k as Scored hits: fused score scaled to [0, 1], component scores and each
+    ranking's rank in debug."""
+    top = fusion.best_first(fused, k)
+    fts_of = {rowid: (rank, raw) for rank, (rowid, raw) in enumerate(fts_rows, start=1)}
+    vec_of = {rowid: (rank, d) for rank, (rowid, d) in enumerate(vec_rows, start=1)}
+    all_rank = {rowid: rank for rank, (rowid, _) in enumerate(all_rows, start=1)}
+    hits = []
+    for rowid, value in top:
+        hit = Scored(rowid, scale(value))
+        hit.debug = {"rank_fts": None, "rank_vec": None, "rank_all_terms": all_rank.get(rowid)}
+        if rowid in fts_of:
+            hit.debug["rank_fts"], raw = fts_of[rowid]
+            hit.score_fts, hit.score_fts_raw = fts.normalise_bm25(raw), raw
+        if rowid in vec_of:
+            hit.debug["rank_vec"], distance = vec_of[rowid]
+            hit.score_vec, hit.distance_raw = score_vec(distance), distance
+        hits.append(hit)
+    return hits
 
 
 def search_fts_then_vec(

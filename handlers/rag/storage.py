@@ -41,6 +41,7 @@ class Reader(Protocol):
     def fts_ranked(self, match: fts.MatchQuery, flt: FilterSQL, *, limit: int, offset: int = 0) -> list[tuple[int, float]]: ...
     def fts_raw_of(self, match: fts.MatchQuery, rowids: list[int]) -> dict[int, float]: ...
     def snippets(self, match: fts.MatchQuery, rowids: list[int], *, tokens: int) -> dict[int, str]: ...
+    def rare_term_idf(self, match: fts.MatchQuery | None, threshold: float) -> float: ...
     def vector_candidates(self, unit: np.ndarray, k: int, flt: FilterSQL) -> Candidates: ...
     def vector_distances(self, query: np.ndarray, rowids: list[int]) -> dict[int, float]: ...
     def read_vectors(self, rowids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]: ...
@@ -76,6 +77,9 @@ class SqliteReader:
 
     def snippets(self, match: fts.MatchQuery, rowids: list[int], *, tokens: int) -> dict[int, str]:
         return fts.snippets(self.conn, match, rowids, tokens=tokens)
+
+    def rare_term_idf(self, match: fts.MatchQuery | None, threshold: float) -> float:
+        return fts.rare_term_idf(self.conn, match, self.index.vectors.size(), threshold)
 
     def vector_candidates(self, unit: np.ndarray, k: int, flt: FilterSQL) -> Candidates:
         return self.index.vectors.candidates(self.conn, unit, k, **self.narrowing(flt))
@@ -116,6 +120,11 @@ class PgReader:
         )
         cap = fts.SNIPPET_MAX_CHARS
         return {r: (s if len(s) <= cap else s[:cap] + fts.ELLIPSIS) for r, s in marked.items()}
+
+    def rare_term_idf(self, match: fts.MatchQuery | None, threshold: float) -> float:
+        if match is None or match.user_syntax:
+            return 0.0
+        return self.index.term_stats.rare_idf(self.conn, " ".join(self._fts.words_of(match)), threshold)
 
     def vector_candidates(self, unit: np.ndarray, k: int, flt: FilterSQL) -> Candidates:
         found = self.index.nearest(self.conn, unit, k, where=flt.where, params=flt.params)

@@ -305,6 +305,11 @@ class VectorIndex:
 
     # ---- queries ----------------------------------------------------------------------------
 
+    def size(self) -> int:
+        """Vectors in the ANN index (0 before it is loaded): about the number of chunks."""
+        with self._lock:
+            return len(self._index) if self._index is not None else 0
+
     def search(
         self,
         conn: apsw.Connection,

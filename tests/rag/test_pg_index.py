@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from gateway.errors import ConfigError, Unavailable
-from handlers.rag import fts
+from handlers.rag import fts, pg_index
 from handlers.rag.embeddings import make_embedder
 from handlers.rag.index import ChunkRecord, DocumentRecord
 from handlers.rag.pg_fts import fts_ranked, fts_snippets, hit_rows
@@ -97,7 +97,7 @@ def test_model_mismatch_is_refused(index: PgRagIndex, pgvector_db: str) -> None:
         PgRagIndex.open(pgvector_db, embedding_model_id="another-model", dim=EMBEDDER.dim)
 
 
-def test_filtered_vector_search_fills_k_and_says_when_short(index: PgRagIndex, pgvector_db: str) -> None:
+def test_filtered_vector_search_fills_k_and_says_when_short(index: PgRagIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     # 600 chunks in source 1, 12 in source 3: a filter admitting 2 % of the index.
     index.upsert_source(3, "src3")
     docs = [doc(f"d{i}", [f"common words number {i}"]) for i in range(600)]
@@ -114,6 +114,7 @@ def test_filtered_vector_search_fills_k_and_says_when_short(index: PgRagIndex, p
         fewer = index.nearest(conn, query, 20, where="c.source_id IN (?)", params=(3,))
         assert len(fewer.rows) == 12 and not fewer.short  # only 12 exist: not "short"
         # A scan budget below what the filter needs: pgvector stops early, and nearest says so.
+        monkeypatch.setattr(pg_index, "HNSW_EF_SEARCH_MIN", 10)  # a first pass of 40 of the 612 nodes
         conn.execute("SET LOCAL hnsw.max_scan_tuples = 30")
         conn.execute("SET LOCAL enable_sort = off")  # a table this small would be sorted exactly instead
         cut = index.nearest(conn, query, 12, where="c.source_id IN (?)", params=(3,))

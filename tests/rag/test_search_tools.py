@@ -318,7 +318,7 @@ def test_vector_search_accepts_the_index_model_by_name(gw: Gateway) -> None:
 
 
 def test_fuse_is_rrf_with_float_weights_and_debug_ranks(gw: Gateway) -> None:
-    fuse = {"w_fts": 0.3, "w_vec": 0.7, "w_all_terms": 0.45, "rrf_k0": 7.5, "feedback_docs": 0}
+    fuse = {"fusion": "rrf", "w_fts": 0.3, "w_vec": 0.7, "w_all_terms": 0.45, "rrf_k0": 7.5, "feedback_docs": 0}
     out = gw.ok("rag.search_hybrid", {"query": "json index tuning", "k": 10, "fuse": fuse})
     results = out["results"]
     assert_ranked(results)
@@ -348,7 +348,13 @@ def test_fuse_puts_chunks_with_every_query_word_first(gw: Gateway) -> None:
     # "json" and "mysql" appear together only in the two json documents.
     out = gw.ok("rag.search_hybrid", {"query": "json mysql", "k": 10})["results"]
     assert {h["doc_id"] for h in out[:2]} == {"s1:0", "s1:6"}
-    assert all(h["debug"]["rank_all_terms"] for h in out[:2]) and not any(h["debug"]["rank_all_terms"] for h in out[2:])
+    # The all-words ranking is a third list only when asked for (RRF's keyword-lookup fix).
+    assert not any(h["debug"]["rank_all_terms"] for h in out)
+    for fusion in ("adaptive", "rrf"):
+        fuse = {"fusion": fusion, "w_all_terms": 1.0}
+        out = gw.ok("rag.search_hybrid", {"query": "json mysql", "k": 10, "fuse": fuse})["results"]
+        assert {h["doc_id"] for h in out[:2]} == {"s1:0", "s1:6"}
+        assert all(h["debug"]["rank_all_terms"] for h in out[:2]) and not any(h["debug"]["rank_all_terms"] for h in out[2:])
 
 
 def test_fts_then_vec_reranks_fts_candidates_by_the_metric(gw: Gateway) -> None:

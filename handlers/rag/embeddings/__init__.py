@@ -9,7 +9,7 @@
 
 `make_embedder(config)` builds one from the blueprint's `embedding_json` keys:
 provider, model, dim, api_base, api_key, batch_size, timeout_ms, max_retries, backoff_ms,
-intra_op_threads. Keys it does not know are ignored (the same JSON may carry settings of other
+intra_op_threads, batch_tokens (local: padded tokens per batch, which bounds a sync's memory). Keys it does not know are ignored (the same JSON may carry settings of other
 components); known keys with bad values raise `ConfigError`.
 """
 
@@ -22,7 +22,7 @@ from gateway.errors import ConfigError
 from gateway.services import Embedder
 from handlers.rag.embeddings.cache import QueryEmbeddingCache
 from handlers.rag.embeddings.hashing import HashEmbedder
-from handlers.rag.embeddings.local import LOCAL_DIM, LOCAL_MODEL_NAME, LocalEmbedder
+from handlers.rag.embeddings.local import BATCH_TOKEN_BUDGET, LOCAL_DIM, LOCAL_MODEL_NAME, LocalEmbedder
 from handlers.rag.embeddings.remote import RemoteEmbedder
 
 __all__ = [
@@ -45,6 +45,7 @@ _TIMEOUT_MS_RANGE = (1, 600_000)
 _MAX_RETRIES_RANGE = (0, 10)
 _BACKOFF_MS_RANGE = (0, 60_000)
 _DIM_RANGE = (1, 16_384)
+_BATCH_TOKENS_RANGE = (256, 1 << 20)  # one text of 256 tokens must fit
 
 
 def index_embedding_config(runtime: Any) -> dict[str, Any]:
@@ -76,7 +77,8 @@ def make_embedder(config: Mapping[str, Any]) -> Embedder:
         if dim not in (None, LOCAL_DIM):
             raise ConfigError(f"{LOCAL_MODEL_NAME} produces {LOCAL_DIM}-dim vectors; dim={dim} does not match")
         threads = _int_setting(config, "intra_op_threads", None, (1, 256))
-        return LocalEmbedder(batch_size=batch_size, intra_op_threads=threads)
+        batch_tokens = _int_setting(config, "batch_tokens", BATCH_TOKEN_BUDGET, _BATCH_TOKENS_RANGE)
+        return LocalEmbedder(batch_size=batch_size, batch_tokens=batch_tokens, intra_op_threads=threads)
 
     model = str(config.get("model") or "").strip()
     api_base = str(config.get("api_base") or "").strip()

@@ -8,11 +8,15 @@ tokens, run the encoder, mean-pool the last hidden state over the attention mask
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import hashlib
 import importlib.resources
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +45,15 @@ DEFAULT_INTRA_OP_THREADS = max(1, min(os.cpu_count() or 1, 4))
 # 2-core machine under a background build: p50/p95 3.6/4.6 ms on one thread against 12.8/17.9 ms
 # on two threads with onnxruntime's default spin-waiting (bench/README.md, query embedding).
 QUERY_THREADS = 1
+# Padded tokens per batch of a sync. A batch of 32 x 256 tokens took the process to 1.5 GB RSS
+# (onnxruntime keeps its arena at the peak). Without the arena, activations scale with the padded
+# tokens of a batch: the demo sync's peak was 967 MB at 2,048 (8 x 256), 843 MB at 1,024 and
+# 657 MB at 512 (2 x 256, or 32 texts of 16 tokens), at the same sync time (bench/README.md, memory).
+BATCH_TOKEN_BUDGET = 512
+# The multi-threaded session that embeds batches (a sync) is dropped after this many idle
+# seconds, and its memory handed back to the system: a serving worker keeps only the one-thread
+# query session (~160 MB).
+BATCH_SESSION_IDLE_S = 30.0
 
 
 def default_model_path() -> Path:
@@ -63,6 +76,9 @@ class _LoadedModel:
         encodings = self.tokenizer.encode_batch(texts)
         input_ids = np.array([e.ids for e in encodings], dtype=np.int64)
         attention_mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        return self.run(input_ids, attention_mask)
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
@@ -75,8 +91,31 @@ class _LoadedModel:
         return l2_normalise(pooled)
 
 
-_LOADED: dict[tuple[str, str, int], _LoadedModel] = {}
+def token_batches(lengths: list[int], *, max_texts: int, max_tokens: int) -> list[list[int]]:
+    """Positions of `lengths` in batches of similar length: each batch holds at most max_texts
+    texts and at most max_tokens tokens once padded to its longest text. Activation memory grows
+    with the padded tokens of a batch (and the attention part with their square), so the budget,
+    not the text count, is what bounds a sync's peak RSS."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for position in order:
+        width = max(1, lengths[position])  # ascending, so the newest text is the batch's longest
+        if current and (len(current) >= max_texts or (len(current) + 1) * width > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(position)
+    if current:
+        batches.append(current)
+    return batches
+
+
+_Key = tuple[str, str, int]
+_LOADED: dict[_Key, _LoadedModel] = {}
 _LOAD_LOCK = threading.Lock()
+_BATCH_USERS: dict[_Key, int] = {}  # embeds running on a batch session now
+_BATCH_LAST_USED: dict[_Key, float] = {}
+_release_timer: threading.Timer | None = None
 
 
 def sha256_of(path: Path) -> str:
@@ -87,17 +126,51 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _load(model_path: Path, expected_sha256: str, intra_op_threads: int) -> _LoadedModel:
+def _load(model_path: Path, expected_sha256: str, intra_op_threads: int, *, arena: bool = True) -> _LoadedModel:
     """Load once per process and path (the session is ~25 MB of weights: one copy is plenty)."""
     key = (str(model_path), expected_sha256, intra_op_threads)
     with _LOAD_LOCK:
         loaded = _LOADED.get(key)
         if loaded is None:
-            loaded = _LOADED[key] = _build(model_path, expected_sha256, intra_op_threads)
+            loaded = _LOADED[key] = _build(model_path, expected_sha256, intra_op_threads, arena=arena)
         return loaded
 
 
-def _build(model_path: Path, expected_sha256: str, intra_op_threads: int) -> _LoadedModel:
+def _batch_started(key: _Key) -> None:
+    with _LOAD_LOCK:
+        _BATCH_USERS[key] = _BATCH_USERS.get(key, 0) + 1
+
+
+def _batch_finished(key: _Key, idle_s: float) -> None:
+    """Count the batch done, and (re)arm the timer that drops the batch session when idle."""
+    global _release_timer
+    with _LOAD_LOCK:
+        _BATCH_USERS[key] -= 1
+        _BATCH_LAST_USED[key] = time.monotonic()
+        if _release_timer is not None:
+            _release_timer.cancel()
+        _release_timer = threading.Timer(idle_s, _release_idle, args=(key, idle_s))
+        _release_timer.daemon = True
+        _release_timer.start()
+
+
+def _release_idle(key: _Key, idle_s: float) -> None:
+    with _LOAD_LOCK:
+        idle = time.monotonic() - _BATCH_LAST_USED.get(key, 0.0) >= idle_s * 0.99
+        released = _BATCH_USERS.get(key, 0) == 0 and idle and _LOADED.pop(key, None) is not None
+    if released:
+        gc.collect()
+        _trim_heap()
+        log.info("released the idle batch embedding session (%d threads)", key[2])
+
+
+def _trim_heap() -> None:
+    """Give freed heap pages back to the system (glibc keeps them otherwise: ~300 MB after a sync)."""
+    with contextlib.suppress(AttributeError, OSError):  # not glibc: nothing to give back
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+def _build(model_path: Path, expected_sha256: str, intra_op_threads: int, *, arena: bool = True) -> _LoadedModel:
     try:
         import onnxruntime
         from tokenizers import Tokenizer
@@ -127,6 +200,9 @@ def _build(model_path: Path, expected_sha256: str, intra_op_threads: int) -> _Lo
     # Idle worker threads sleep instead of spinning: a spinning pool burns the cores the event
     # loop and the database threads need between calls, and slows itself down when cores are shared.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # The arena keeps every block at the size of the largest batch ever run (1.5 GB after a sync
+    # of 32 x 256-token batches); without it a batch's activations go back to malloc when it ends.
+    options.enable_cpu_mem_arena = arena
     try:
         session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
@@ -148,18 +224,22 @@ class LocalEmbedder:
         self,
         *,
         batch_size: int = 32,
+        batch_tokens: int = BATCH_TOKEN_BUDGET,
+        batch_idle_s: float = BATCH_SESSION_IDLE_S,
         intra_op_threads: int | None = None,
         model_path: Path | None = None,
         expected_sha256: str = MODEL_SHA256,
     ) -> None:
         self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
+        self.batch_idle_s = batch_idle_s
         self.intra_op_threads = intra_op_threads or DEFAULT_INTRA_OP_THREADS
         self._model_path = model_path
         self._expected_sha256 = expected_sha256
 
     def load(self) -> LocalEmbedder:
-        """Load the model now (it otherwise loads on the first embed); Unavailable if it cannot."""
-        self._model()
+        """Load the query session now (it otherwise loads on the first embed); Unavailable if the
+        model cannot load. The batch session loads with the first batch and is dropped when idle."""
         self._model(QUERY_THREADS)
         return self
 
@@ -170,14 +250,29 @@ class LocalEmbedder:
             return vectors
         if len(texts) == 1:  # a query: one thread (QUERY_THREADS)
             return self._model(QUERY_THREADS).embed_batch([texts[0][:MAX_TEXT_CHARS]])
-        model = self._model(self.intra_op_threads)
-        # Batches of similar length waste little on padding, so sort by length and scatter back.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self.batch_size):
-            positions = order[start : start + self.batch_size]
-            vectors[positions] = model.embed_batch([texts[i][:MAX_TEXT_CHARS] for i in positions])
+        key = self._key(self.intra_op_threads)
+        _batch_started(key)
+        try:
+            model = self._model(self.intra_op_threads)
+            # Right-padded to the longest text of the call; each batch is cut to its own longest.
+            encodings = model.tokenizer.encode_batch([text[:MAX_TEXT_CHARS] for text in texts])
+            lengths = [sum(e.attention_mask) for e in encodings]
+            for positions in token_batches(lengths, max_texts=self.batch_size, max_tokens=self.batch_tokens):
+                width = max(1, max(lengths[i] for i in positions))
+                ids = np.array([encodings[i].ids[:width] for i in positions], dtype=np.int64)
+                mask = np.array([encodings[i].attention_mask[:width] for i in positions], dtype=np.int64)
+                vectors[positions] = model.run(ids, mask)
+        finally:
+            if self.intra_op_threads != QUERY_THREADS:  # else it is the query session: kept
+                _batch_finished(key, self.batch_idle_s)
         return vectors
+
+    def _key(self, threads: int) -> _Key:
+        return (str(self._model_path or default_model_path()), self._expected_sha256, threads)
 
     def _model(self, threads: int | None = None) -> _LoadedModel:
         model_path = self._model_path or default_model_path()
-        return _load(model_path, self._expected_sha256, threads or self.intra_op_threads)
+        threads = threads or self.intra_op_threads
+        # Queries keep the arena (small, and it saves a malloc per operator on the hot path);
+        # batches run without it so their activations do not stay resident after a sync.
+        return _load(model_path, self._expected_sha256, threads, arena=threads == QUERY_THREADS)
