@@ -22,6 +22,12 @@ CREATE TABLE IF NOT EXISTS runtime_state (
     loaded_at REAL NOT NULL
 );
 
+-- With mcp-cluster_dsn: the cluster version of each module this instance serves (gateway/cluster.py).
+CREATE TABLE IF NOT EXISTS cluster_applied (
+    module  TEXT PRIMARY KEY NOT NULL,
+    version INTEGER NOT NULL
+);
+
 -- MCP PROFILES (gateway/targets.py): credentials and routable targets of /mcp/query.
 -- db_password holds the secret itself, or a reference resolved when pools are built:
 -- 'env:NAME' (an environment variable) or 'file:/path' (first line of a file).
@@ -709,3 +715,144 @@ CREATE VIRTUAL TABLE IF NOT EXISTS llm_fts USING fts5 (
     kind UNINDEXED, ref_id UNINDEXED, target_id UNINDEXED, title, body,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
+
+-- @section cluster_postgres
+-- Configuration shared by a cluster of gateways (gateway/cluster.py), in the PostgreSQL named
+-- by mcp-cluster_dsn. Each instance keeps its memory and runtime layers in its own config.db;
+-- these tables are the cluster's disk layer and the last runtime of every module.
+-- Rows are JSON ({table: [row, ...]}) because they mirror SQLite admin tables whose columns
+-- grow with the gateway version; the store copies them column by column.
+CREATE TABLE IF NOT EXISTS mcp_cluster_runtime (
+    module       TEXT PRIMARY KEY,
+    version      BIGINT NOT NULL,             -- + 1 per LOAD ... TO RUNTIME on any instance
+    memory_rows  JSONB NOT NULL,              -- the memory layer the LOAD validated
+    runtime_rows JSONB NOT NULL,              -- what it built; instances serve exactly these
+    loaded_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    loaded_by    TEXT NOT NULL                -- member_id of the instance that ran the LOAD
+);
+CREATE TABLE IF NOT EXISTS mcp_cluster_disk (
+    module    TEXT PRIMARY KEY,
+    disk_rows JSONB NOT NULL,
+    saved_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    saved_by  TEXT NOT NULL
+);
+-- One row per instance, refreshed every second by each of its workers (get_status reads it).
+CREATE TABLE IF NOT EXISTS mcp_cluster_members (
+    member_id  TEXT PRIMARY KEY,              -- mcp-cluster_member_name, or host:port
+    host       TEXT NOT NULL,
+    port       INTEGER NOT NULL,
+    pid        INTEGER NOT NULL,              -- of the worker that wrote last
+    versions   JSONB NOT NULL DEFAULT '{}',   -- {module: version this instance serves}
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    last_seen  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- @section rag_postgres
+-- The retrieval index on PostgreSQL + pgvector (rag-backend = postgresql; handlers/rag/pg/).
+-- Same tables and meaning as the rag section; what SQLite does with FTS5 and the ANN files is
+-- here a generated tsvector with a GIN index and a pgvector column with an HNSW index, both on
+-- rag_chunks itself, so a filtered search is ONE query over one table (the filter columns sit
+-- beside the vector: pgvector's iterative index scan then keeps scanning until k rows pass).
+-- The vectors are float32 (exact distances for the scores, as rag.db's); the HNSW index is over
+-- {hnsw_expr}: their halfvec cast (half the index, rag-postgres_hnsw_type) or the vectors themselves.
+-- {dim} is the embedding width, {ops} the opclass of the indexed type.
+CREATE TABLE IF NOT EXISTS rag_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rag_sources (
+    source_id      BIGINT PRIMARY KEY,
+    name           TEXT NOT NULL UNIQUE,
+    enabled        INTEGER NOT NULL DEFAULT 1,
+    backend_type   TEXT NOT NULL DEFAULT '',
+    backend_host   TEXT NOT NULL DEFAULT '',
+    backend_port   INTEGER NOT NULL DEFAULT 0,
+    backend_user   TEXT NOT NULL DEFAULT '',
+    backend_pass   TEXT NOT NULL DEFAULT '',
+    backend_db     TEXT NOT NULL DEFAULT '',
+    table_name     TEXT NOT NULL DEFAULT '',
+    pk_column      TEXT NOT NULL DEFAULT '',
+    where_sql      TEXT NOT NULL DEFAULT '',
+    target_id      TEXT NOT NULL DEFAULT '',
+    doc_map_json   TEXT NOT NULL DEFAULT '{}',
+    chunking_json  TEXT NOT NULL DEFAULT '{}',
+    embedding_json TEXT NOT NULL DEFAULT '{}',
+    created_at     TEXT NOT NULL DEFAULT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+    updated_at     TEXT NOT NULL DEFAULT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+);
+CREATE TABLE IF NOT EXISTS rag_documents (
+    doc_id        TEXT PRIMARY KEY,
+    source_id     BIGINT NOT NULL REFERENCES rag_sources (source_id) ON DELETE CASCADE,
+    source_name   TEXT NOT NULL,
+    pk_json       TEXT NOT NULL DEFAULT '{}',
+    title         TEXT NOT NULL DEFAULT '',
+    body          TEXT NOT NULL DEFAULT '',
+    metadata_json TEXT NOT NULL DEFAULT '{}',
+    updated_at    TEXT,
+    indexed_at    TEXT NOT NULL DEFAULT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+    doc_score     DOUBLE PRECISION,
+    post_type_id  INTEGER,
+    created_at    TEXT
+);
+CREATE INDEX IF NOT EXISTS rag_documents_source ON rag_documents (source_id);
+CREATE TABLE IF NOT EXISTS rag_doc_tags (
+    tag    TEXT NOT NULL,
+    doc_id TEXT NOT NULL REFERENCES rag_documents (doc_id) ON DELETE CASCADE,
+    PRIMARY KEY (tag, doc_id)
+);
+CREATE INDEX IF NOT EXISTS rag_doc_tags_doc ON rag_doc_tags (doc_id);
+CREATE TABLE IF NOT EXISTS rag_chunks (
+    chunk_rowid   BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    chunk_id      TEXT NOT NULL UNIQUE,
+    doc_id        TEXT NOT NULL REFERENCES rag_documents (doc_id) ON DELETE CASCADE,
+    source_id     BIGINT NOT NULL,
+    chunk_index   INTEGER NOT NULL,
+    title         TEXT NOT NULL DEFAULT '',
+    body          TEXT NOT NULL DEFAULT '',
+    metadata_json TEXT NOT NULL DEFAULT '{}',
+    content_hash  TEXT NOT NULL DEFAULT '',
+    updated_at    TEXT,
+    doc_score     DOUBLE PRECISION,
+    post_type_id  INTEGER,
+    created_at    TEXT,
+    -- English stemming (as FTS5's porter); the title weighs more (A) than the body (D).
+    fts           TSVECTOR GENERATED ALWAYS AS (
+                      setweight(to_tsvector('english', title), 'A') || setweight(to_tsvector('english', body), 'D')) STORED,
+    embedding     vector({dim}),                  -- float32, unit length
+    UNIQUE (doc_id, chunk_index)
+);
+CREATE INDEX IF NOT EXISTS rag_chunks_source ON rag_chunks (source_id);
+CREATE INDEX IF NOT EXISTS rag_chunks_created ON rag_chunks (created_at);
+CREATE INDEX IF NOT EXISTS rag_chunks_score ON rag_chunks (doc_score);
+CREATE INDEX IF NOT EXISTS rag_chunks_post_type ON rag_chunks (post_type_id);
+CREATE INDEX IF NOT EXISTS rag_chunks_fts ON rag_chunks USING gin (fts);
+CREATE INDEX IF NOT EXISTS rag_chunks_embedding ON rag_chunks USING hnsw (({hnsw_expr}) {ops}) WITH (m = 16, ef_construction = 64);
+CREATE TABLE IF NOT EXISTS rag_sync_state (
+    source_id       BIGINT PRIMARY KEY REFERENCES rag_sources (source_id) ON DELETE CASCADE,
+    mode            TEXT NOT NULL DEFAULT 'poll',
+    cursor_json     TEXT NOT NULL DEFAULT '{}',
+    last_ok_at      TEXT,
+    last_error      TEXT,
+    last_run_at     TEXT,
+    docs_seen       BIGINT NOT NULL DEFAULT 0,
+    docs_written    BIGINT NOT NULL DEFAULT 0,
+    docs_deleted    BIGINT NOT NULL DEFAULT 0,
+    chunks_written  BIGINT NOT NULL DEFAULT 0,
+    chunks_embedded BIGINT NOT NULL DEFAULT 0,
+    chunks_reused   BIGINT NOT NULL DEFAULT 0,
+    rows_skipped    BIGINT NOT NULL DEFAULT 0,
+    last_key_scan_at TEXT
+);
+CREATE TABLE IF NOT EXISTS rag_sync_jobs (
+    job_id        TEXT PRIMARY KEY,
+    source_names  TEXT NOT NULL DEFAULT '[]',
+    state         TEXT NOT NULL,
+    pid           INTEGER NOT NULL DEFAULT 0,
+    member_id     TEXT NOT NULL DEFAULT '',     -- the instance running it (a pid alone is ambiguous in a cluster)
+    created_at    DOUBLE PRECISION NOT NULL,
+    started_at    DOUBLE PRECISION,
+    finished_at   DOUBLE PRECISION,
+    progress_json TEXT NOT NULL DEFAULT '{}',
+    error_json    TEXT NOT NULL DEFAULT 'null'
+);
+CREATE INDEX IF NOT EXISTS rag_sync_jobs_created ON rag_sync_jobs (created_at);

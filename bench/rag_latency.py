@@ -17,6 +17,8 @@ Builds (once, reused from bench/out/rag-<N>-<dim>/) an index of N synthetic chun
            filters.
 
 Prints JSON (and writes it to --json); ratios are against the vec0 brute force.
+`--backend postgresql` also loads the corpus into PostgreSQL + pgvector and runs the same tool
+cases there (bench/rag_latency_pg.py): both backends side by side, in one run.
 """
 
 from __future__ import annotations
@@ -312,6 +314,8 @@ def main() -> None:
     parser.add_argument("--skip-tools", action="store_true", help="measure the vector layer and baselines only")
     parser.add_argument("--build-only", action="store_true", help="build (or check) the index under --out-dir and stop")
     parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite", help="postgresql: both, side by side")
+    parser.add_argument("--postgres-dsn", default="", help="PostgreSQL with pgvector to load into; default: a throwaway one")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")  # ANN rebuild progress
 
@@ -381,6 +385,12 @@ def main() -> None:
         from rag_tools import measure_tools
 
         result["tools"] = measure_tools(out_dir, db, texts, queries, truth, k=args.k, dim=args.dim)
+    if args.backend == "postgresql":
+        from rag_latency_pg import measure_postgres, side_by_side
+
+        result["postgresql"] = measure_postgres(args, corpus, texts, queries, truth, db)
+        if "tools" in result:
+            result["postgresql_vs_sqlite"] = side_by_side(result["tools"], result["postgresql"]["tools"])
     result["memory"]["peak_rss_mb"] = rss_mb()["peak_rss_mb"]
     text = json.dumps(result, indent=2)
     print(text)

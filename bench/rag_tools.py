@@ -29,17 +29,22 @@ SOURCE_25PCT = 2  # wiki_pages in bench/rag_synth.py SOURCES
 SOURCE_5PCT = 4  # release_notes
 
 
-def _open_handler(out_dir: Path, db: Path):  # noqa: ANN202 - (RagHandler, Embedder)
+def _open_handler(out_dir: Path, db: Path, variables: dict[str, str]):  # noqa: ANN202 - (RagHandler, Embedder)
     from gateway.assembly import open_config
     from handlers.rag.embeddings import index_embedding_config, make_embedder
     from handlers.rag.handler import RagHandler
 
     store = open_config(out_dir)
+    for name, value in variables.items():  # another backend: its own data directory, these variables
+        store.set_variable(name, value)
+    if variables:
+        store.load_to_runtime("MCP VARIABLES")
     runtime = store.read_runtime()
     embedder = make_embedder(index_embedding_config(runtime))
-    conn = connect(db)
-    conn.execute("UPDATE rag_meta SET value = ? WHERE key = 'embedding_model'", (embedder.model_id,))
-    conn.close()
+    if not variables:
+        conn = connect(db)
+        conn.execute("UPDATE rag_meta SET value = ? WHERE key = 'embedding_model'", (embedder.model_id,))
+        conn.close()
     services = Services(data_dir=out_dir, store=store, runtime=runtime, stats=None, metrics=None)  # type: ignore[arg-type]
     handler = RagHandler(services)
     anyio.run(handler.init)
@@ -48,9 +53,19 @@ def _open_handler(out_dir: Path, db: Path):  # noqa: ANN202 - (RagHandler, Embed
 
 
 def measure_tools(
-    out_dir: Path, db: Path, texts: list[str], queries: np.ndarray, truth: dict[str, list[list[int]]], *, k: int, dim: int
+    out_dir: Path,
+    db: Path,
+    texts: list[str],
+    queries: np.ndarray,
+    truth: dict[str, list[list[int]]],
+    *,
+    k: int,
+    dim: int,
+    variables: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    handler, embedder = _open_handler(out_dir, db)
+    """`variables` (rag-backend ...) measure another backend's copy of the index: `db` (rag.db)
+    then only maps chunk ids to the rowids the exact truth is in."""
+    handler, embedder = _open_handler(out_dir, db, variables or {})
     conn = connect(db)
     doc_ids_20 = [d for (d,) in conn.execute("SELECT doc_id FROM rag_documents ORDER BY doc_id LIMIT 20 OFFSET 1000")]
     rowid_of = {}
@@ -129,7 +144,7 @@ def measure_tools(
         hits = sum(len({rowid_of[c] for c in row} & set(t)) for row, t in zip(found, truth[truth_key], strict=True))
         results[name]["recall_at_10"] = round(hits / max(1, sum(len(t) for t in truth[truth_key])), 4)
     for name in list(results):
-        base = name.split("_filter_")[0]
+        base = {"ann": "vector"}.get(name.split("_filter_")[0], name.split("_filter_")[0])  # ann_filter_* filter vector
         if base != name:
             results[name]["p50_over_unfiltered"] = round(results[name]["p50_ms"] / results[base]["p50_ms"], 2)
             results[name]["cpu_p50_over_unfiltered"] = round(

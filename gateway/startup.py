@@ -8,10 +8,16 @@
 5. first start only: generate a token for every endpoint that has none (saved to disk)
 6. memory -> runtime for every module, validated; an invalid configuration stops the start
 (then `mcp-gateway serve` records --port and --host the same way, as what is served)
+
+With `mcp-cluster_dsn` (from the environment or the local disk layer) the instance joins the
+cluster first, under a lock so instances starting together take turns: a module the cluster
+already serves is adopted as published (local variables kept); one it does not is loaded from
+the disk layers and published. Tokens are generated only for a cluster that has none yet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import tomllib
@@ -22,6 +28,7 @@ from typing import Any
 
 from gateway import sqlite, workers
 from gateway.assembly import endpoints, open_store
+from gateway.cluster import member_id
 from gateway.errors import ConfigError
 from gateway.store import ConfigStore
 
@@ -76,24 +83,45 @@ def prepare(
     data_dir: Path, *, config_file: Path | None = None, reload_config: bool = False, environ: Mapping[str, str] = os.environ
 ) -> Prepared:
     store = open_store(data_dir)
+    store.attach_cluster("", "")  # joined below, from this start's own settings
     fresh = store.initialize()
     workers.forget_all(store)  # rows of a previous run: no worker of this one serves yet
     if config_file is not None and (fresh or reload_config):
         with open(config_file, "rb") as fh:
             seed_disk(store, tomllib.load(fh))
-    for module in store.modules:
-        store.load_from_disk(module)
-    store.clear_overrides()
-    store.set_overrides({name: (environ[env_name(name)], "environment") for name in store.variables if env_name(name) in environ})
-    generated: dict[str, str] = {}
-    if fresh:
-        memory = store.memory_variables()
-        for endpoint in endpoints():
-            name = f"mcp-{endpoint}_endpoint_auth"
-            if not memory.get(name):
-                generated[endpoint] = secrets.token_urlsafe(32)
-                store.set_variable(name, generated[endpoint])
-                store.set_variable(name, generated[endpoint], layer="disk")
-    for module in store.modules:
-        store.load_to_runtime(module)
+    disk = store.disk_variables()
+    settings = {
+        **disk,
+        **{n: environ[env_name(n)] for n in ("mcp-cluster_dsn", "mcp-cluster_member_name", "mcp-port") if env_name(n) in environ},
+    }
+    if settings.get("mcp-cluster_dsn"):
+        store.attach_cluster(settings["mcp-cluster_dsn"], member_id(settings))
+    with store.cluster.join_lock() if store.cluster is not None else contextlib.nullcontext():
+        published = store.cluster.versions() if store.cluster is not None else {}
+        for module in store.modules:
+            store.load_from_disk(module)
+        store.clear_overrides()
+        store.set_overrides(
+            {name: (environ[env_name(name)], "environment") for name in store.variables if env_name(name) in environ}
+        )
+        generated: dict[str, str] = {}
+        if fresh and "MCP VARIABLES" not in published:
+            memory = store.memory_variables()
+            for endpoint in endpoints():
+                name = f"mcp-{endpoint}_endpoint_auth"
+                if not memory.get(name):
+                    generated[endpoint] = secrets.token_urlsafe(32)
+                    store.set_variable(name, generated[endpoint])
+                    store.set_variable(name, generated[endpoint], layer="disk")
+        for module in store.modules:
+            if module not in published:
+                store.load_to_runtime(module)  # with a cluster: published, its first version
+                if store.cluster is not None and store.cluster.load_disk(module) is None:
+                    store.save_to_disk(module)  # the cluster's disk layer starts as this one's
+                continue
+            if module == "MCP VARIABLES":
+                store.load_to_runtime(module, publish=False)  # this instance's local variables
+            fetched = store.cluster.fetch(module)
+            if fetched is not None:
+                store.apply_cluster(fetched, force=True)
     return Prepared(store=store, fresh=fresh, generated_tokens=generated)

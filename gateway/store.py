@@ -15,6 +15,9 @@ SAVE .. FROM MEMORY = TO DISK, SAVE .. TO MEMORY = FROM RUNTIME.
 `MCP VARIABLES` is the core module; handlers add theirs (`MCP PROFILES`, `MCP QUERY RULES`,
 `RAG SOURCES`) through `ToolHandler.config_modules`. A module's `build` validates memory rows
 and returns the rows of its runtime tables, so a LOAD that does not validate changes nothing.
+
+With a cluster attached (`mcp-cluster_dsn`, gateway/cluster.py) the disk layer is PostgreSQL's
+and a LOAD TO RUNTIME is published there before it applies here (gateway/cluster_layers.py).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from typing import Any
 
 import apsw
 
-from gateway import sqlite
+from gateway import cluster_layers, sqlite
+from gateway.cluster import ClusterLink, ClusterModule, member_id
 from gateway.errors import ConfigError, NotFound
 from gateway.runtime import Runtime, build_runtime
 from gateway.variables import Variable
@@ -91,6 +95,20 @@ class ConfigStore:
         self.variables = dict(variables)
         self.modules = {m.name: m for m in [VARIABLES_MODULE, *modules]}
         self._local = threading.local()
+        self.cluster: ClusterLink | None = None
+
+    def attach_cluster(self, dsn: str, member_id: str) -> None:
+        """Share the disk layer and every LOAD with the cluster in `dsn` ("" detaches)."""
+        self.cluster = ClusterLink(dsn, member_id) if dsn else None
+
+    def attach_cluster_from_runtime(self) -> None:
+        """Workers and the CLI: join the cluster this instance's runtime names (startup joined it)."""
+        if not self.config_path.exists():
+            return
+        rows = sqlite.rows(self.conn(), "SELECT variable_name, variable_value FROM main.runtime_global_variables")
+        raw = {r["variable_name"]: r["variable_value"] for r in rows}
+        if raw.get("mcp-cluster_dsn"):
+            self.attach_cluster(raw["mcp-cluster_dsn"], member_id(raw))
 
     # -- connections -----------------------------------------------------------------------
     def conn(self) -> apsw.Connection:
@@ -142,18 +160,24 @@ class ConfigStore:
         return module.runtime_tables or tuple(f"runtime_{t}" for t in module.tables)
 
     # -- the four verbs --------------------------------------------------------------------
-    def load_to_runtime(self, name: str) -> int:
+    def load_to_runtime(self, name: str, *, publish: bool = True) -> int:
         """memory -> runtime, validated first. Returns the new runtime version."""
-        return self.load_to_runtime_warning(name)[0]
+        return self.load_to_runtime_warning(name, publish=publish)[0]
 
-    def load_to_runtime_warning(self, name: str) -> tuple[int, list[str]]:
+    def load_to_runtime_warning(self, name: str, *, publish: bool = True) -> tuple[int, list[str]]:
         """`load_to_runtime`, also returning the module's warnings about what now serves (a
-        target whose account can write, one that is skipped ...), which are logged as well."""
+        target whose account can write, one that is skipped ...), which are logged as well.
+
+        With a cluster, the validated rows are published first (UNAVAILABLE when PostgreSQL
+        cannot be reached: then nothing changed anywhere); `publish=False` applies locally only."""
         module = self.module(name)
         conn = self.conn()
         with sqlite.transaction(conn):
-            memory = {t: sqlite.rows(conn, f"SELECT * FROM main.{t}") for t in module.tables}
+            memory = cluster_layers.module_rows(conn, "main", module.tables)
             runtime_rows = module.build(memory, self.variables)  # raises ConfigError: nothing changed
+            if self.cluster is not None and publish:
+                shared = cluster_layers.shared(self, memory), cluster_layers.shared(self, runtime_rows)
+                cluster_layers.record_applied(conn, module.name, self.cluster.publish(module.name, *shared))
             for table in self.runtime_tables_of(module):
                 conn.execute(f"DELETE FROM main.{table}")
                 for row in runtime_rows.get(table, []):
@@ -162,12 +186,16 @@ class ConfigStore:
                         f"INSERT INTO main.{table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                         [row[c] for c in cols],
                     )
-            conn.execute("UPDATE runtime_state SET version = version + 1, loaded_at = ? WHERE id = 1", (time.time(),))
-            version = sqlite.scalar(conn, "SELECT version FROM runtime_state WHERE id = 1")
+            version = self.bump_runtime_version(conn)
         warnings = module.warnings(runtime_rows) if module.warnings else []
         for warning in warnings:
             log.warning("LOAD %s TO RUNTIME: %s", module.name, warning)
         return version, warnings
+
+    def bump_runtime_version(self, conn: apsw.Connection) -> int:
+        """Inside a write transaction: the next runtime version, which every worker polls."""
+        conn.execute("UPDATE runtime_state SET version = version + 1, loaded_at = ? WHERE id = 1", (time.time(),))
+        return int(sqlite.scalar(conn, "SELECT version FROM runtime_state WHERE id = 1"))
 
     def _copy(
         self,
@@ -188,12 +216,16 @@ class ConfigStore:
 
     def load_from_disk(self, name: str) -> None:
         module = self.module(name)
-        self._copy(module, "disk", "main")
+        self._copy(module, "disk", "main")  # local variables come from here in a cluster too
+        if self.cluster is not None:
+            cluster_layers.load_disk(self, module)
         if module is VARIABLES_MODULE:
             self._fill_variable_defaults()
 
     def save_to_disk(self, name: str) -> None:
         module = self.module(name)
+        if self.cluster is not None:  # first: unreachable means UNAVAILABLE and nothing saved
+            cluster_layers.save_disk(self, module)
         self._copy(module, "main", "disk")
 
     def save_from_runtime(self, name: str) -> None:
@@ -257,6 +289,14 @@ class ConfigStore:
 
     def disk_variables(self) -> dict[str, str]:
         return {r["variable_name"]: r["variable_value"] for r in sqlite.rows(self.conn(), "SELECT * FROM disk.global_variables")}
+
+    # -- the cluster -----------------------------------------------------------------------
+    def cluster_versions(self) -> dict[str, int]:
+        """The version of each module this instance serves, as published in the cluster."""
+        return cluster_layers.applied_versions(self.conn())
+
+    def apply_cluster(self, fetched: ClusterModule, *, force: bool = False) -> bool:
+        return cluster_layers.apply_module(self, fetched, force=force)
 
     # -- the runtime snapshot --------------------------------------------------------------
     def touch_runtime(self) -> int:

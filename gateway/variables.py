@@ -33,6 +33,7 @@ class Variable:
     maximum: int | None = None
     choices: tuple[str, ...] = ()  # enum values; for a "url", the schemes allowed
     restart_required: bool = False  # takes effect at the next start, not on LOAD
+    local: bool = False  # describes this machine: never shared with a cluster (gateway/cluster.py)
 
     def parse(self, text: str | None) -> Any:
         """Turn stored text into a typed value, or raise ConfigError naming the variable."""
@@ -106,11 +107,31 @@ def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
 
 CORE_VARIABLES: tuple[Variable, ...] = (
     _v("mcp-enabled", "bool", True, "Serve MCP at all; false answers every endpoint with UNAVAILABLE."),
-    _v("mcp-port", "int", 6071, "TCP port of the HTTPS listener.", minimum=1, maximum=65535, restart_required=True),
-    _v("mcp-bind_address", "str", "127.0.0.1", "Address the listener binds to (0.0.0.0 for all).", restart_required=True),
-    _v("mcp-use_ssl", "bool", True, "Serve HTTPS. false serves plain HTTP and warns loudly at start.", restart_required=True),
-    _v("mcp-ssl_cert", "str", "", "PEM certificate chain file; empty uses a self-signed one generated in the data directory."),
-    _v("mcp-ssl_key", "str", "", "PEM private key file for mcp-ssl_cert."),
+    _v("mcp-port", "int", 6071, "TCP port of the HTTPS listener.", minimum=1, maximum=65535, restart_required=True, local=True),
+    _v(
+        "mcp-bind_address",
+        "str",
+        "127.0.0.1",
+        "Address the listener binds to (0.0.0.0 for all).",
+        restart_required=True,
+        local=True,
+    ),
+    _v(
+        "mcp-use_ssl",
+        "bool",
+        True,
+        "Serve HTTPS. false serves plain HTTP and warns loudly at start.",
+        restart_required=True,
+        local=True,
+    ),
+    _v(
+        "mcp-ssl_cert",
+        "str",
+        "",
+        "PEM certificate chain file; empty uses a self-signed one generated in the data directory.",
+        local=True,
+    ),
+    _v("mcp-ssl_key", "str", "", "PEM private key file for mcp-ssl_cert.", local=True),
     _v("mcp-timeout_ms", "int", 30000, "Deadline of one tool call, in milliseconds.", minimum=10, maximum=3_600_000),
     _v(
         "mcp-max_request_bytes",
@@ -162,6 +183,24 @@ CORE_VARIABLES: tuple[Variable, ...] = (
         minimum=0,
         maximum=65535,
         restart_required=True,
+        local=True,
+    ),
+    _v(
+        "mcp-cluster_dsn",
+        "str",
+        "",
+        "PostgreSQL DSN of the cluster's shared configuration (disk layer, LOADs announced to every instance); empty: this instance alone.",
+        secret=True,
+        restart_required=True,
+        local=True,
+    ),
+    _v(
+        "mcp-cluster_member_name",
+        "str",
+        "",
+        "This instance's name in the cluster (get_status); empty: host:port.",
+        restart_required=True,
+        local=True,
     ),
     _v(
         "admin-audit_retention_days",

@@ -6,10 +6,11 @@ import fnmatch
 import time
 from typing import Any, Literal
 
+import anyio
 from pydantic import Field
 
 from gateway import __version__, audit
-from gateway.errors import NotFound
+from gateway.errors import GatewayError, NotFound
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 
@@ -93,6 +94,11 @@ class StatusOut(ToolOutput):
     active_requests: float
     totals_as_of: float = Field(description="Unix time of the totals: a snapshot taken once a second across workers.")
     totals_age_s: float = Field(description="How old the totals are, in seconds.")
+    cluster: dict[str, Any] | None = Field(
+        None,
+        description="With mcp-cluster_dsn: this member_id, the published version of each module, every member "
+        "(versions it serves, seconds since it was last seen, modules it is behind on) and the laggards.",
+    )
 
 
 class ConfigHandler(ToolHandler):
@@ -204,7 +210,8 @@ class ConfigHandler(ToolHandler):
     async def get_status(self, args: StatusIn, ctx: CallContext) -> StatusOut:
         """Report the version, uptime, port, workers, endpoints (token configured? handler up?) and request and failure totals across workers.
 
-        Cheap enough for health checkers: the totals are a snapshot taken once a second (totals_age_s says how old)."""
+        Cheap enough for health checkers: the totals are a snapshot taken once a second (totals_age_s says how old).
+        With a cluster (mcp-cluster_dsn): its members, their configuration versions and any that lag."""
         services = self.services
         taken_at, totals = services.metrics.totals_snapshot()  # no I/O: runs inline, like get_config
         endpoints = [
@@ -229,4 +236,14 @@ class ConfigHandler(ToolHandler):
             active_requests=totals["inflight"],
             totals_as_of=round(taken_at, 3),
             totals_age_s=round(max(0.0, time.time() - taken_at), 3),
+            cluster=await anyio.to_thread.run_sync(self._cluster_status),
         )
+
+    def _cluster_status(self) -> dict[str, Any] | None:
+        link = self.services.store.cluster
+        if link is None:
+            return None
+        try:
+            return {"reachable": True, **link.status()}
+        except GatewayError as exc:  # the cluster database is down: say so, the rest of the status stands
+            return {"reachable": False, "member_id": link.member_id, "error": exc.message}

@@ -73,3 +73,7 @@ def gateway_server():
 
     with start_gateway() as gateway:
         yield gateway
+
+
+# PostgreSQL 18 with pgvector, one per session (tests/pgvector_server.py): pgvector_server, pgvector_db.
+from pgvector_server import pgvector_db, pgvector_server  # noqa: E402, F401

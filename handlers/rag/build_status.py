@@ -1,7 +1,7 @@
 """Whether the index is being built right now, so a search can say so instead of a bare k_returned: 0.
 
 A sync job (rag.admin.sync, `mcp-gateway rag sync`, the demo corpus built on first start) in any
-process records its progress in rag.db's rag_sync_jobs. `BuildWatch.note()` sums the live ones
+process records its progress in the index's rag_sync_jobs (rag.db or PostgreSQL). `BuildWatch.note()` sums the live ones
 (state queued or running, process alive) into an `IndexBuild` that search results carry as
 `index`: documents written so far, of how many rows the sources had to read. A job of this
 process reports its in-memory progress (fresher than the table, which is written per batch).
@@ -16,9 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import apsw
-
-from gateway import sqlite
 from gateway.pids import pid_alive
 from handlers.rag.models import IndexBuild
 
@@ -32,18 +29,18 @@ class BuildWatch:
         self._at = -CACHE_S
         self._note: IndexBuild | None = None
 
-    def note(self, conn: apsw.Connection) -> IndexBuild | None:
+    def note(self, index: Any) -> IndexBuild | None:
+        """`index`: either backend's index (its `query` takes `?` placeholders on both)."""
         now = time.monotonic()
         if now - self._at < CACHE_S:
             return self._note
-        note = self._read(conn)
+        note = self._read(index)
         with self._lock:
             self._note, self._at = note, now
         return note
 
-    def _read(self, conn: apsw.Connection) -> IndexBuild | None:
-        rows = sqlite.rows(
-            conn,
+    def _read(self, index: Any) -> IndexBuild | None:
+        rows = index.query(
             "SELECT job_id, pid, source_names, progress_json FROM rag_sync_jobs "
             "WHERE state IN ('queued', 'running') ORDER BY created_at",
         )

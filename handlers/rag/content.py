@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import apsw
 import numpy as np
 
-from handlers.rag import vector_store
 from handlers.rag.models import ChunksReturn, DocsReturn
+from handlers.rag.storage import Reader
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
 
@@ -18,13 +17,11 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def load_chunks(
-    conn: apsw.Connection, chunk_ids: list[str], options: ChunksReturn
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def load_chunks(reader: Reader, chunk_ids: list[str], options: ChunksReturn) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Chunks in the order asked for (duplicates once), and {chunk_id: chunk_rowid}."""
     rows = {
         row[1]: row
-        for row in conn.execute(
+        for row in reader.execute(
             "SELECT c.chunk_rowid, c.chunk_id, c.doc_id, c.source_id, s.name, c.title, c.body, c.chunk_index,"
             " c.metadata_json, d.metadata_json FROM rag_chunks c JOIN rag_sources s ON s.source_id = c.source_id"
             f" JOIN rag_documents d ON d.doc_id = c.doc_id WHERE c.chunk_id IN ({_marks(len(chunk_ids))})",
@@ -49,9 +46,7 @@ def load_chunks(
     return chunks, rowids
 
 
-def mmr_order(
-    conn: apsw.Connection, chunks: list[dict[str, Any]], rowids: dict[str, int], *, dim: int, lam: float
-) -> list[dict[str, Any]]:
+def mmr_order(reader: Reader, chunks: list[dict[str, Any]], rowids: dict[str, int], *, lam: float) -> list[dict[str, Any]]:
     """Maximal marginal relevance over the stored chunk vectors.
 
     The order the caller gave is the relevance (rank r of n -> 1 - r/n); each step picks the
@@ -60,7 +55,8 @@ def mmr_order(
     """
     if len(chunks) < 3:
         return chunks
-    found, matrix = vector_store.read_vectors(conn, [rowids[c["chunk_id"]] for c in chunks], dim)
+    dim = reader.dim
+    found, matrix = reader.read_vectors([rowids[c["chunk_id"]] for c in chunks])
     by_rowid = {int(r): matrix[i] for i, r in enumerate(found)}
     vecs = np.stack([by_rowid.get(rowids[c["chunk_id"]], np.zeros(dim, dtype=np.float32)) for c in chunks])
     similarity = vecs @ vecs.T
@@ -95,10 +91,10 @@ def apply_token_budget(chunks: list[dict[str, Any]], max_output_tokens: int) -> 
     return kept, False
 
 
-def load_docs(conn: apsw.Connection, doc_ids: list[str], options: DocsReturn) -> list[dict[str, Any]]:
+def load_docs(reader: Reader, doc_ids: list[str], options: DocsReturn) -> list[dict[str, Any]]:
     rows = {
         row[0]: row
-        for row in conn.execute(
+        for row in reader.execute(
             "SELECT d.doc_id, d.source_id, s.name, d.pk_json, d.title, d.body, d.metadata_json, d.updated_at"
             f" FROM rag_documents d JOIN rag_sources s ON s.source_id = d.source_id WHERE d.doc_id IN ({_marks(len(doc_ids))})",
             doc_ids,

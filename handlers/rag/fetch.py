@@ -206,7 +206,7 @@ class FetchTools(ToolHandler):
             sql = (
                 f"SELECT doc_id, source_id, source_name, pk_json FROM rag_documents WHERE doc_id IN ({','.join('?' * len(part))})"
             )
-            for doc_id, source_id, source_name, pk_json in index.conn.execute(sql, part):
+            for doc_id, source_id, source_name, pk_json in index.fetch_all(sql, part):
                 found[doc_id] = {"source_id": source_id, "source_name": source_name, "pk": json.loads(pk_json)}
         return found
 

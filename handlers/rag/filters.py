@@ -13,13 +13,13 @@ from typing import Any
 
 import apsw
 
-from handlers.rag.index import normalise_timestamp
+from handlers.rag.metadata import normalise_timestamp
 from handlers.rag.models import Filters
 
 
 @dataclass(frozen=True)
 class FilterSQL:
-    where: str  # "1" when nothing narrows the search
+    where: str  # "TRUE" when nothing narrows the search (TRUE/FALSE: the same in SQLite and PostgreSQL)
     params: tuple[Any, ...] = ()
     narrows: bool = False  # False: every chunk of every enabled source passes
 
@@ -39,28 +39,28 @@ def build_filter(filters: Filters, *, all_sources_enabled: bool) -> FilterSQL:
         params.extend(values)
 
     if filters.source_ids is not None:
-        add(f"c.source_id IN ({_marks(filters.source_ids)})" if filters.source_ids else "0", list(filters.source_ids))
+        add(f"c.source_id IN ({_marks(filters.source_ids)})" if filters.source_ids else "FALSE", list(filters.source_ids))
         user_narrows = True
     if filters.source_names is not None:
         # A separate condition from source_ids: both given means the intersection.
         names = list(filters.source_names)
-        add(f"c.source_id IN (SELECT source_id FROM rag_sources WHERE name IN ({_marks(names)}))" if names else "0", names)
+        add(f"c.source_id IN (SELECT source_id FROM rag_sources WHERE name IN ({_marks(names)}))" if names else "FALSE", names)
         user_narrows = True
     if not all_sources_enabled:
         add("c.source_id IN (SELECT source_id FROM rag_sources WHERE enabled = 1)", [])
     if filters.doc_ids is not None:
-        add(f"c.doc_id IN ({_marks(filters.doc_ids)})" if filters.doc_ids else "0", list(filters.doc_ids))
+        add(f"c.doc_id IN ({_marks(filters.doc_ids)})" if filters.doc_ids else "FALSE", list(filters.doc_ids))
         user_narrows = True
     if filters.min_score is not None:
         add("c.doc_score >= ?", [filters.min_score])
         user_narrows = True
     if filters.post_type_ids is not None:
         ids = list(filters.post_type_ids)
-        add(f"c.post_type_id IN ({_marks(ids)})" if ids else "0", ids)
+        add(f"c.post_type_id IN ({_marks(ids)})" if ids else "FALSE", ids)
         user_narrows = True
     if filters.tags_any is not None:  # "any of no tags" admits nothing, like an empty id list
         tags = sorted({t.strip().lower() for t in filters.tags_any})
-        add(f"c.doc_id IN (SELECT doc_id FROM rag_doc_tags WHERE tag IN ({_marks(tags)}))" if tags else "0", tags)
+        add(f"c.doc_id IN (SELECT doc_id FROM rag_doc_tags WHERE tag IN ({_marks(tags)}))" if tags else "FALSE", tags)
         user_narrows = True
     if filters.tags_all:  # "all of no tags" holds for every document: no condition
         tags = sorted({t.strip().lower() for t in filters.tags_all})
@@ -76,7 +76,7 @@ def build_filter(filters: Filters, *, all_sources_enabled: bool) -> FilterSQL:
         add("c.created_at < ?", [normalise_timestamp(filters.created_before)])
         user_narrows = True
     if not clauses:
-        return FilterSQL(where="1")
+        return FilterSQL(where="TRUE")
     return FilterSQL(where=" AND ".join(clauses), params=tuple(params), narrows=user_narrows or not all_sources_enabled)
 
 

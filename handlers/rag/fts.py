@@ -175,7 +175,7 @@ def ranked(
                 return found[offset:]
     # With no filter, skip the join: FTS rows and chunks match one to one, and looking up every
     # matching chunk before the sort cost 2-3x at 1M chunks (p95 60 -> 20-30 ms, bench/README.md).
-    join = "" if flt.where == "1" else " JOIN rag_chunks c ON c.chunk_rowid = f.rowid"
+    join = "" if flt.where == "TRUE" else " JOIN rag_chunks c ON c.chunk_rowid = f.rowid"
     sql = (
         f"SELECT f.rowid, bm25(rag_fts_chunks, 0.0, ?, ?) AS r FROM rag_fts_chunks f{join}"
         f" WHERE rag_fts_chunks MATCH ? AND {flt.where} ORDER BY r, f.rowid LIMIT ? OFFSET ?"

@@ -1,4 +1,5 @@
-"""/mcp/rag: the retrieval tools of seed 000 over the index in <data_dir>/rag.db.
+"""/mcp/rag: the retrieval tools of seed 000 over the index: <data_dir>/rag.db, or PostgreSQL +
+pgvector shared by a cluster (rag-backend; the tools read either through storage.Reader).
 
 Search tools return identifiers and scores; rag.get_chunks / rag.get_docs return content. Every
 tool enforces the rag-* caps (limits.py) and reports `truncated` and `stats`.
@@ -27,8 +28,8 @@ from handlers.rag import content, fts, search
 from handlers.rag.build_status import BuildWatch
 from handlers.rag.embeddings import index_embedding_config
 from handlers.rag.fetch import FetchTools
-from handlers.rag.filters import FilterSQL, all_sources_enabled, build_filter
-from handlers.rag.index import RagIndex
+from handlers.rag.filters import FilterSQL, build_filter
+from handlers.rag.index import RagIndex, open_rag_index
 from handlers.rag.ingest.commands import add_commands
 from handlers.rag.ingest.demo import start_demo_in_background
 from handlers.rag.ingest.reconcile import apply_source_changes, source_states
@@ -50,6 +51,7 @@ from handlers.rag.models import (
     SearchVectorIn,
     Stats,
 )
+from handlers.rag.storage import Reader, reading
 
 _ENVELOPE_BYTES = 512  # room for `truncated`, `stats` and the keys around the result list
 
@@ -76,6 +78,9 @@ RAG_VARIABLES: tuple[Variable, ...] = (
     _v("rag-embedding_api_key", "str", "", "API key of the embedding provider.", secret=True, restart_required=True),
     _v("rag-embedding_dim", "int", 384, "Width of the embedding vectors (must match the model; fixed per index).", minimum=1, maximum=16384, restart_required=True),
     _v("rag-query_cache_entries", "int", 1024, "Query embeddings kept in the LRU cache (0: no cache).", minimum=0, maximum=1_000_000, restart_required=True),
+    _v("rag-backend", "enum", "sqlite", "Where the RAG index lives: sqlite (rag.db in the data directory) or postgresql (rag-postgres_dsn, with pgvector; shared by every instance of a cluster).", choices=("sqlite", "postgresql"), restart_required=True),
+    _v("rag-postgres_dsn", "str", "", "PostgreSQL DSN of the RAG index when rag-backend is postgresql (pgvector 0.8+ installed).", secret=True, restart_required=True),
+    _v("rag-postgres_hnsw_type", "enum", "halfvec", "What the HNSW index on PostgreSQL holds: halfvec (2 bytes a dimension; candidates rescored with the stored float32 vectors) or vector (4); fixed per index.", choices=("halfvec", "vector"), restart_required=True),
 )  # fmt: skip
 
 
@@ -148,12 +153,13 @@ class RagHandler(SyncTools, FetchTools):
         self.embedder = embedder
         self.query_cache = QueryEmbeddingCache(embedder, max_entries=runtime.var("rag-query_cache_entries"))
         self._embedding_thread = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rag-query-embed")
-        self.index = RagIndex.open(self.services.data_dir / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
-        # Load (or rebuild) the ANN now: done inside the first search it would hold the search
-        # lock for a second (snapshot) to minutes (rebuild at 1M vectors) and blow rag-timeout_ms.
-        self.index.vectors.refresh(self.index.conn)
-        self._follower = threading.Thread(target=self._follow_index, args=(self.index,), name="rag-ann-follower", daemon=True)
-        self._follower.start()
+        self.index = open_rag_index(runtime, self.services.data_dir, embedding_model_id=embedder.model_id, dim=embedder.dim)
+        if isinstance(self.index, RagIndex):
+            # Load (or rebuild) the ANN now: done inside the first search it would hold the search
+            # lock for a second (snapshot) to minutes (rebuild at 1M vectors) and blow rag-timeout_ms.
+            self.index.vectors.refresh(self.index.conn)
+            self._follower = threading.Thread(target=self._follow_index, args=(self.index,), name="rag-ann-follower", daemon=True)
+            self._follower.start()
         self.services.rag_index, self.services.rag_embedder = self.index, embedder
         self.start_ingest()
 
@@ -191,13 +197,13 @@ class RagHandler(SyncTools, FetchTools):
         await super().close()
 
     # -- helpers ---------------------------------------------------------------------------
-    def _index(self) -> RagIndex:
+    def _index(self) -> Any:
         if self.index is None:
             raise Unavailable("the RAG index is not open")
         return self.index
 
-    def _filter(self, index: RagIndex, filters: Filters) -> FilterSQL:
-        return build_filter(filters, all_sources_enabled=all_sources_enabled(index.conn))
+    def _filter(self, reader: Reader, filters: Filters) -> FilterSQL:
+        return build_filter(filters, all_sources_enabled=reader.all_sources_enabled())
 
     def _query_vector(self, text: str) -> np.ndarray:
         return self.query_cache.embed_query(text)
@@ -211,7 +217,7 @@ class RagHandler(SyncTools, FetchTools):
             return lambda: self._query_vector(text)
         return self._embedding_thread.submit(self._query_vector, text).result
 
-    def _check_model(self, index: RagIndex, model: str | None) -> None:
+    def _check_model(self, index: Any, model: str | None) -> None:
         name = index.embedding_model_id.split(":", 1)[-1]
         if model is not None and model not in (index.embedding_model_id, name, name.split("@", 1)[0]):
             raise InvalidArgument(
@@ -219,22 +225,28 @@ class RagHandler(SyncTools, FetchTools):
                 "cannot be compared with it"
             )
 
-    def _search_output(self, call: Call, results: list[dict[str, Any]], *, k_requested: int, mode: str) -> SearchOutput:
+    def _search_output(
+        self, call: Call, results: list[dict[str, Any]], *, k_requested: int, mode: str, reader: Reader
+    ) -> SearchOutput:
         fitted, cut = fit_to_bytes(results, call.caps.response_max_bytes - _ENVELOPE_BYTES)
+        stats = Stats(
+            k_requested=k_requested, k_returned=len(fitted), ms=call.ms(), mode=mode, vector_fewer_than_k=reader.fewer_than_k
+        )
         return SearchOutput(
             results=fitted,
             truncated=call.truncated or cut,
-            stats=Stats(k_requested=k_requested, k_returned=len(fitted), ms=call.ms(), mode=mode),
-            index=self.build_watch.note(self._index().conn),
+            stats=stats,
+            index=self.build_watch.note(self._index()),
         )
 
     # -- search tools ----------------------------------------------------------------------
     @tool("rag.search_fts", title="Keyword search", read_only=True)
     def search_fts(self, args: SearchFtsIn, ctx: CallContext) -> SearchOutput:
-        """Keyword (FTS5, bm25) search over the indexed chunks. Returns chunk ids, scores
-        (score_fts in [0,1], higher is better; score_fts_raw is SQLite's bm25) and, on request,
-        highlighted snippets; fetch text with rag.get_chunks. The query's words are matched
-        (any of them, stemmed); syntax "fts5" takes FTS5 query syntax as written."""
+        """Keyword (BM25) search over the indexed chunks. Returns chunk ids, scores (score_fts in
+        [0,1], higher is better; score_fts_raw is the BM25 value, negated: lower is better) and, on
+        request, highlighted snippets; fetch text with rag.get_chunks.
+        The query's words are matched (any of them, stemmed); syntax "fts5" takes FTS5 query
+        syntax as written (web-search syntax on PostgreSQL)."""
         index, call = self._index(), Call.of(ctx)
         call.check_query(args.query)
         match = fts.build_match(args.query, syntax=args.syntax)
@@ -243,12 +255,11 @@ class RagHandler(SyncTools, FetchTools):
         call.truncated |= match.terms_dropped
         k = call.clamp(args.k, call.caps.k_max)
         k = max(0, call.clamp(args.offset + k, call.caps.candidates_max) - args.offset)
-        conn = index.conn
-        with call.sqlite_deadline(conn):
-            flt = self._filter(index, args.filters)
-            scored = search.search_fts(conn, match, flt, k=k, offset=args.offset)
-            results = search.hits(conn, scored, args.return_, match=match, keep=("score_fts", "score_fts_raw"))
-        return self._search_output(call, results, k_requested=args.k, mode="fts")
+        with reading(index, call) as reader:
+            flt = self._filter(reader, args.filters)
+            scored = search.search_fts(reader, match, flt, k=k, offset=args.offset)
+            results = search.hits(reader, scored, args.return_, match=match, keep=("score_fts", "score_fts_raw"))
+        return self._search_output(call, results, k_requested=args.k, mode="fts", reader=reader)
 
     @tool("rag.search_vector", title="Semantic search", read_only=True)
     def search_vector(self, args: SearchVectorIn, ctx: CallContext) -> SearchOutput:
@@ -269,12 +280,11 @@ class RagHandler(SyncTools, FetchTools):
             query = _decode_embedding(args.query_embedding.values_b64, args.query_embedding.dim, index.dim)
         call.check_deadline()
         k = call.clamp(args.k, call.caps.k_max)
-        conn = index.conn
-        with call.sqlite_deadline(conn):
-            flt = self._filter(index, args.filters)
-            scored = search.search_vector(index, conn, query, flt, k=k)
-            results = search.hits(conn, scored, args.return_, match=match, keep=("score_vec", "distance_raw"))
-        return self._search_output(call, results, k_requested=args.k, mode="vector")
+        with reading(index, call) as reader:
+            flt = self._filter(reader, args.filters)
+            scored = search.search_vector(reader, query, flt, k=k)
+            results = search.hits(reader, scored, args.return_, match=match, keep=("score_vec", "distance_raw"))
+        return self._search_output(call, results, k_requested=args.k, mode="vector", reader=reader)
 
     @tool("rag.search_hybrid", title="Hybrid search", read_only=True)
     def search_hybrid(self, args: SearchHybridIn, ctx: CallContext) -> SearchOutput:
@@ -294,16 +304,15 @@ class RagHandler(SyncTools, FetchTools):
             call.truncated |= match.terms_dropped
         query = self._query_vector_soon(args.query)
         k = call.clamp(args.k, call.caps.k_max)
-        conn = index.conn
         keep = ("score_fts", "score_fts_raw", "score_vec", "distance_raw", "debug")
-        with call.sqlite_deadline(conn):
-            flt = self._filter(index, args.filters)
+        with reading(index, call) as reader:
+            flt = self._filter(reader, args.filters)
             if args.mode == "fuse":
-                scored = search.search_fuse(index, conn, call, match, query, flt, args.fuse, k=k)
+                scored = search.search_fuse(reader, call, match, query, flt, args.fuse, k=k)
             else:
-                scored = search.search_fts_then_vec(index, conn, call, match, query, flt, args.fts_then_vec, k=k)
-            results = search.hits(conn, scored, args.return_, match=match, keep=keep)
-        return self._search_output(call, results, k_requested=args.k, mode=args.mode)
+                scored = search.search_fts_then_vec(reader, call, match, query, flt, args.fts_then_vec, k=k)
+            results = search.hits(reader, scored, args.return_, match=match, keep=keep)
+        return self._search_output(call, results, k_requested=args.k, mode=args.mode, reader=reader)
 
     # -- content tools ---------------------------------------------------------------------
     @tool("rag.get_chunks", title="Fetch chunks", read_only=True)
@@ -315,13 +324,12 @@ class RagHandler(SyncTools, FetchTools):
         index, call = self._index(), Call.of(ctx)
         wanted = list(dict.fromkeys(args.chunk_ids))
         served = wanted[: call.clamp(len(wanted), call.caps.k_max)]
-        conn = index.conn
-        with call.sqlite_deadline(conn):
-            chunks, rowids = content.load_chunks(conn, served, args.return_)
+        with reading(index, call) as reader:
+            chunks, rowids = content.load_chunks(reader, served, args.return_)
             if not chunks:
                 raise ids_not_found("chunk_ids", args.chunk_ids, wanted, served)
             if args.diversity is not None:
-                chunks = content.mmr_order(conn, chunks, rowids, dim=index.dim, lam=args.diversity.lambda_)
+                chunks = content.mmr_order(reader, chunks, rowids, lam=args.diversity.lambda_)
         if args.max_output_tokens is not None:
             chunks, cut = content.apply_token_budget(chunks, args.max_output_tokens)
             call.truncated |= cut
@@ -343,9 +351,8 @@ class RagHandler(SyncTools, FetchTools):
         index, call = self._index(), Call.of(ctx)
         wanted = list(dict.fromkeys(args.doc_ids))
         served = wanted[: call.clamp(len(wanted), call.caps.k_max)]
-        conn = index.conn
-        with call.sqlite_deadline(conn):
-            docs = content.load_docs(conn, served, args.return_)
+        with reading(index, call) as reader:
+            docs = content.load_docs(reader, served, args.return_)
         if not docs:
             raise ids_not_found("doc_ids", args.doc_ids, wanted, served)
         fitted, cut = fit_to_bytes(
@@ -365,8 +372,7 @@ class RagHandler(SyncTools, FetchTools):
         """Per-source document and chunk counts with the last sync, and the index's size,
         schema version and embedding model."""
         index, call = self._index(), Call.of(ctx)
-        conn = index.conn
-        with call.sqlite_deadline(conn):
+        with reading(index, call) as reader:
             counts = index.source_counts()
             sources = [
                 {
@@ -378,18 +384,14 @@ class RagHandler(SyncTools, FetchTools):
                     "last_sync": row[3],
                     "last_error": row[4],
                 }
-                for row in conn.execute(
+                for row in reader.execute(
                     "SELECT s.source_id, s.name, s.enabled, st.last_ok_at, st.last_error FROM rag_sources s"
                     " LEFT JOIN rag_sync_state st ON st.source_id = s.source_id ORDER BY s.source_id"
                 )
             ]
             meta = index.meta()
-            totals = {
-                "docs": conn.execute("SELECT count(*) FROM rag_documents").fetchall()[0][0],
-                "chunks": conn.execute("SELECT count(*) FROM rag_chunks").fetchall()[0][0],
-                "vectors": conn.execute("SELECT count(*) FROM rag_vec_chunks").fetchall()[0][0],
-            }
-        size = sum(p.stat().st_size for p in (index.path, index.path.with_name(index.path.name + "-wal")) if p.exists())
+            totals = index.totals()
+        size = index.size_bytes()
         jobs = self.jobs
         return AdminStatsOut(
             sources=sources,

@@ -4,6 +4,11 @@
     index.conn                                              this thread's connection
     index.write_batch(docs, delete_doc_ids=..., in_transaction=...)
 
+`open_rag_index` picks the backend (rag-backend): this file, or PostgreSQL (pg_index.py), which
+offers the same methods; what ingestion, jobs and the tools call is that common surface:
+write_batch, upsert_source, query/fetch_all/run (plain SQL with `?` placeholders),
+iter_doc_ids, source_lock, purge_source, reader (storage.py) and stats.
+
 `write_batch` is the only way content enters the index: documents, chunks, their FTS rows
 (triggers on rag_chunks), their vectors (handlers/rag/vector_store.py) and the caller's own
 bookkeeping (the sync cursor) commit in ONE transaction, so a crash can never leave the
@@ -12,6 +17,7 @@ keyword index, the vectors and the sync state out of step.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -32,6 +38,7 @@ from handlers.rag.index_write import (
     write_documents,
 )
 from handlers.rag.metadata import normalise_timestamp, parse_tags
+from handlers.rag.source_lock import SourceLock
 
 __all__ = ["ChunkRecord", "DocumentRecord", "RagIndex", "normalise_timestamp", "parse_tags"]
 
@@ -120,6 +127,66 @@ class RagIndex:
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
+
+    # -- the surface both backends offer ---------------------------------------------------
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        return sqlite.rows(self.conn, sql, params)
+
+    def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.conn.execute(sql, params).fetchall()
+
+    def run(self, work: Callable[[apsw.Connection], None]) -> None:
+        """`work(conn)` in one write transaction."""
+        with sqlite.transaction(self.conn):
+            work(self.conn)
+
+    def iter_doc_ids(self, source_id: int, batch: int = 5000) -> Iterator[list[str]]:
+        cursor = self.conn.execute("SELECT doc_id FROM rag_documents WHERE source_id = ? ORDER BY doc_id", (source_id,))
+        while rows := list(itertools.islice(cursor, batch)):
+            yield [r[0] for r in rows]
+
+    def source_lock(self, source_id: int) -> Any:
+        return SourceLock(self.path.parent, source_id)
+
+    def after_sync(self) -> None:
+        """The ANN index catches up with the sync now, not in the next search."""
+        self.vectors.catch_up(self.conn)
+
+    def totals(self) -> dict[str, int]:
+        one = lambda sql: self.conn.execute(sql).fetchall()[0][0]  # noqa: E731
+        return {
+            "docs": one("SELECT count(*) FROM rag_documents"),
+            "chunks": one("SELECT count(*) FROM rag_chunks"),
+            "vectors": one("SELECT count(*) FROM rag_vec_chunks"),
+        }
+
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in (self.path, self.path.with_name(self.path.name + "-wal")) if p.exists())
+
+    def purge_source(self, source_id: int, stop: threading.Event | None = None, *, batch: int = 2_000) -> int:
+        """Delete a source and everything indexed from it, `batch` chunks per transaction, so
+        readers and other syncs never wait long. Returns the chunks deleted; stopping halfway
+        leaves a consistent index (each batch is one transaction) with the source still hidden."""
+        conn = self.conn
+        deleted = 0
+        while not (stop is not None and stop.is_set()):
+            with sqlite.transaction(conn, "IMMEDIATE"):
+                rowids = [
+                    r
+                    for (r,) in conn.execute("SELECT chunk_rowid FROM rag_chunks WHERE source_id = ? LIMIT ?", (source_id, batch))
+                ]
+                if not rowids:
+                    conn.execute(
+                        "DELETE FROM rag_documents WHERE doc_id IN (SELECT doc_id FROM rag_documents WHERE source_id = ? LIMIT ?)",
+                        (source_id, batch),
+                    )
+                    if conn.changes() == 0:  # nothing left: the source row itself (its sync state cascades)
+                        conn.execute("DELETE FROM rag_sources WHERE source_id = ?", (source_id,))
+                        break
+                    continue
+                self._delete_chunks(conn, rowids)
+            deleted += len(rowids)
+        return deleted
 
     # -- meta ------------------------------------------------------------------------------
     def meta(self) -> dict[str, str]:
@@ -240,3 +307,17 @@ def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int)
         ):
             conn.execute("INSERT INTO rag_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
         conn.execute("UPDATE rag_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+
+def open_rag_index(runtime: Any, data_dir: Path, *, embedding_model_id: str, dim: int) -> Any:
+    """The index rag-backend names: rag.db in the data directory, or PostgreSQL at rag-postgres_dsn."""
+    if runtime.var("rag-backend") == "postgresql":
+        from handlers.rag.pg_index import PgRagIndex
+
+        dsn = runtime.var("rag-postgres_dsn")
+        if not dsn:
+            raise ConfigError("rag-backend is postgresql but rag-postgres_dsn is empty")
+        return PgRagIndex.open(
+            dsn, embedding_model_id=embedding_model_id, dim=dim, hnsw_type=runtime.var("rag-postgres_hnsw_type")
+        )
+    return RagIndex.open(Path(data_dir) / "rag.db", embedding_model_id=embedding_model_id, dim=dim)

@@ -62,6 +62,11 @@ class Stats(BaseModel):
     k_returned: int
     ms: float
     mode: str
+    vector_fewer_than_k: bool = Field(
+        False,
+        description="The filtered vector search stopped before finding k chunks that pass the filter (PostgreSQL's "
+        "hnsw.max_scan_tuples), though more may exist: narrow the filter or raise the limit.",
+    )
 
 
 class Hit(BaseModel):

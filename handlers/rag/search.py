@@ -1,7 +1,8 @@
 """The three search modes over one index: FTS, vector, and hybrid (fuse / fts_then_vec).
 
 Each mode produces ranked chunk rowids with raw scores; `hits` then joins them to rag_chunks and
-rag_sources in one query and shapes them. Scores are higher-is-better in [0, 1] everywhere:
+rag_sources in one query and shapes them. Everything here is backend-neutral: the index is read
+through a storage.Reader (rag.db or PostgreSQL), which answers in rowids and raw scores. Scores are higher-is-better in [0, 1] everywhere:
 
     score_fts  = x / (1 + x), x = -bm25           (raw: score_fts_raw = bm25)
     score_vec  = 1 - cosine_distance / 2          (raw: distance_raw in the metric asked for)
@@ -17,16 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import apsw
 import numpy as np
 
 from gateway.errors import InvalidArgument
-from handlers.rag import fts, fusion, vector_store
-from handlers.rag.ann_filter import sql_filter
+from handlers.rag import fts, fusion
 from handlers.rag.filters import FilterSQL
-from handlers.rag.index import RagIndex
 from handlers.rag.limits import Call
 from handlers.rag.models import FtsThenVecParams, FuseParams, ResolvedFuse, SearchReturn
+from handlers.rag.storage import Reader
 
 
 @dataclass
@@ -59,21 +58,31 @@ def metric_distance(cosine_distance: float, metric: str) -> float:
     return cosine_distance
 
 
+def unit_query(query: np.ndarray, dim: int) -> np.ndarray:
+    """The query vector at unit length, after the checks a caller's own vector needs."""
+    q = np.asarray(query, dtype=np.float32).reshape(-1)
+    if q.shape[0] != dim:
+        raise InvalidArgument(f"query vector has {q.shape[0]} dimensions; the index has {dim}")
+    norm = float(np.linalg.norm(q))
+    if norm == 0.0:
+        raise InvalidArgument("the query vector is all zeros")
+    return q / norm
+
+
 # -- the modes -----------------------------------------------------------------------------------
-def search_fts(conn: apsw.Connection, match: fts.MatchQuery, flt: FilterSQL, *, k: int, offset: int) -> list[Scored]:
-    rows = fts.ranked(conn, match, flt, limit=k, offset=offset)
+def search_fts(reader: Reader, match: fts.MatchQuery, flt: FilterSQL, *, k: int, offset: int) -> list[Scored]:
+    rows = reader.fts_ranked(match, flt, limit=k, offset=offset)
     return [Scored(rowid, fts.normalise_bm25(raw), score_fts=fts.normalise_bm25(raw), score_fts_raw=raw) for rowid, raw in rows]
 
 
-def search_vector(index: RagIndex, conn: apsw.Connection, query: np.ndarray, flt: FilterSQL, *, k: int) -> list[Scored]:
-    narrowing = _narrowing(conn, flt)
-    found = index.vectors.search(conn, query, k, **narrowing)
+def search_vector(reader: Reader, query: np.ndarray, flt: FilterSQL, *, k: int) -> list[Scored]:
+    unit = unit_query(query, reader.dim)
+    found = reader.vector_candidates(unit, k, flt).nearest(unit, k) if k > 0 else []
     return [Scored(rowid, score_vec(d), score_vec=score_vec(d), distance_raw=d) for rowid, d in found]
 
 
 def search_fuse(
-    index: RagIndex,
-    conn: apsw.Connection,
+    reader: Reader,
     call: Call,
     match: fts.MatchQuery | None,
     query_vector: Callable[[], np.ndarray],
@@ -89,24 +98,23 @@ def search_fuse(
         raise InvalidArgument("fuse: w_fts and w_vec cannot both be 0")
     fts_k = call.clamp(params.fts_k, call.caps.candidates_max)
     vec_k = call.clamp(params.vec_k, call.caps.candidates_max)
-    narrowing = _narrowing(conn, flt)  # once, for the keyword and the vector rankings
-    fts_rows = fts.ranked(conn, match, flt, limit=fts_k, narrowing=narrowing) if match is not None and settings.w_fts > 0 else []
+    fts_rows = reader.fts_ranked(match, flt, limit=fts_k) if match is not None and settings.w_fts > 0 else []
     # Chunks holding every query word: rare for a natural-language question (then this list is
     # empty and changes nothing), decisive for a keyword lookup under RRF, where the vector
     # ranking alone would drag the fused order below plain FTS. Adaptive fusion gets that from
     # the rare-word weight instead, so it skips this query unless asked.
     all_terms = match.all_terms() if match is not None and settings.w_all_terms > 0 else None
-    all_rows = fts.ranked(conn, all_terms, flt, limit=fts_k, narrowing=narrowing) if all_terms is not None else []
+    all_rows = reader.fts_ranked(all_terms, flt, limit=fts_k) if all_terms is not None else []
     signals = None
     if settings.fusion == "adaptive":
         signals = fusion.QuerySignals(
             terms=len(match.terms) if match is not None else 0,
-            max_idf=fts.rare_term_idf(conn, match, index.vectors.size(), fusion.RARE_IDF) if fts_rows else 0.0,
+            max_idf=reader.rare_term_idf(match, fusion.RARE_IDF) if fts_rows else 0.0,
         )
     query = query_vector()
     call.check_deadline()
-    unit = np.asarray(query, dtype=np.float32) / max(float(np.linalg.norm(query)), 1e-12)
-    pool = index.vectors.candidates(conn, unit, vec_k, **narrowing) if settings.w_vec > 0 else None
+    unit = unit_query(query, reader.dim)
+    pool = reader.vector_candidates(unit, vec_k, flt) if settings.w_vec > 0 else None
     vec_rows = pool.nearest(unit, vec_k) if pool is not None else []
     call.check_deadline()
     fused = _combine(fts_rows, vec_rows, vec_rows, all_rows, signals, settings)
@@ -117,7 +125,7 @@ def search_fuse(
         # The moved query is ranked over the first search's candidates (twice vec_k, exact
         # floats already read) rather than by a second search, with the feedback chunks added.
         top = [rowid for rowid, _ in fusion.best_first(fused, settings.feedback_docs)]
-        rowids, matrix = vector_store.read_vectors(conn, top, index.dim)
+        rowids, matrix = reader.read_vectors(top)
         if len(matrix):
             moved = unit + settings.feedback_weight * matrix.mean(axis=0)
             moved /= max(float(np.linalg.norm(moved)), 1e-12)
@@ -135,7 +143,7 @@ def search_fuse(
         low, high = min(fused.values(), default=0.0), max(fused.values(), default=0.0)
         scale = lambda value: (value - low) / (high - low) if high > low else 1.0  # noqa: E731
     top_hits = _scored(fused, scale, fts_rows, vec_rows, all_rows, k)
-    _complete_scores(index, conn, match, query, top_hits)
+    _complete_scores(reader, match, query, top_hits)
     return top_hits
 
 
@@ -193,8 +201,7 @@ def _scored(
 
 
 def search_fts_then_vec(
-    index: RagIndex,
-    conn: apsw.Connection,
+    reader: Reader,
     call: Call,
     match: fts.MatchQuery | None,
     query_vector: Callable[[], np.ndarray],
@@ -206,12 +213,12 @@ def search_fts_then_vec(
     """`query_vector` as in search_fuse."""
     candidates_k = call.clamp(params.candidates_k, call.caps.candidates_max)
     rerank_k = call.clamp(params.rerank_k, call.caps.candidates_max)
-    fts_rows = fts.ranked(conn, match, flt, limit=candidates_k) if match is not None else []
+    fts_rows = reader.fts_ranked(match, flt, limit=candidates_k) if match is not None else []
     call.check_deadline()
     fts_rank = {rowid: (rank, raw) for rank, (rowid, raw) in enumerate(fts_rows, start=1)}
     query = query_vector()
     call.check_deadline()
-    distances = index.vectors.distances(conn, query, list(fts_rank))
+    distances = reader.vector_distances(unit_query(query, reader.dim), list(fts_rank))
     order = sorted(distances.items(), key=lambda item: (item[1], fts_rank[item[0]][0]))[: min(rerank_k, k)]
     hits = []
     for vec_rank, (rowid, distance) in enumerate(order, start=1):
@@ -230,20 +237,18 @@ def search_fts_then_vec(
     return hits
 
 
-def _complete_scores(
-    index: RagIndex, conn: apsw.Connection, match: fts.MatchQuery | None, query: np.ndarray, hits: list[Scored]
-) -> None:
+def _complete_scores(reader: Reader, match: fts.MatchQuery | None, query: np.ndarray, hits: list[Scored]) -> None:
     """Fill the side a fused hit was not found by (k rows: two small queries), so every hit
     carries both component scores."""
     need_vec = [h.rowid for h in hits if h.score_vec is None]
     if need_vec:
-        distances = index.vectors.distances(conn, query, need_vec)
+        distances = reader.vector_distances(unit_query(query, reader.dim), need_vec)
         for hit in hits:
             if hit.rowid in distances:
                 hit.score_vec, hit.distance_raw = score_vec(distances[hit.rowid]), distances[hit.rowid]
     need_fts = [h.rowid for h in hits if h.score_fts_raw is None]
     if need_fts and match is not None:
-        raws = fts.bm25_of(conn, match, need_fts)
+        raws = reader.fts_raw_of(match, need_fts)
         for hit in hits:
             if hit.rowid in raws:
                 hit.score_fts, hit.score_fts_raw = fts.normalise_bm25(raws[hit.rowid]), raws[hit.rowid]
@@ -251,7 +256,7 @@ def _complete_scores(
 
 # -- shaping -------------------------------------------------------------------------------------
 def hits(
-    conn: apsw.Connection, scored: list[Scored], options: SearchReturn, *, match: fts.MatchQuery | None, keep: tuple[str, ...]
+    reader: Reader, scored: list[Scored], options: SearchReturn, *, match: fts.MatchQuery | None, keep: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     """Join ranked rowids to their chunk, document and source; `keep` names the score fields shown."""
     if not scored:
@@ -259,14 +264,14 @@ def hits(
     rowids = [s.rowid for s in scored]
     rows = {
         row[0]: row
-        for row in conn.execute(
+        for row in reader.execute(
             "SELECT c.chunk_rowid, c.chunk_id, c.doc_id, c.source_id, s.name, c.title, d.metadata_json"
             " FROM rag_chunks c JOIN rag_sources s ON s.source_id = c.source_id JOIN rag_documents d ON d.doc_id = c.doc_id"
             f" WHERE c.chunk_rowid IN ({','.join('?' * len(rowids))})",
             rowids,
         )
     }
-    snippet_of = fts.snippets(conn, match, rowids, tokens=options.snippet_tokens) if options.include_snippets and match else {}
+    snippet_of = reader.snippets(match, rowids, tokens=options.snippet_tokens) if options.include_snippets and match else {}
     out = []
     for s in scored:
         row = rows.get(s.rowid)
@@ -290,9 +295,3 @@ def hits(
             hit["snippet"] = snippet_of.get(s.rowid)
         out.append(hit)
     return out
-
-
-def _narrowing(conn: apsw.Connection, flt: FilterSQL) -> dict[str, Any]:
-    """How the ANN search applies the filter: nothing, a small exact rowid set, or a batch
-    check of its candidates (a broad filter never becomes a set of 100k+ rowids)."""
-    return sql_filter(conn, flt.where, flt.params) if flt.narrows else {}

@@ -20,8 +20,8 @@ from gateway.services import Services
 from handlers.rag.embeddings import index_embedding_config, make_embedder
 from handlers.rag.index import RagIndex
 from handlers.rag.ingest.commands import run_sync
-from handlers.rag.ingest.jobs import SourceLock
 from handlers.rag.ingest.tools import SyncTools
+from handlers.rag.source_lock import SourceLock
 
 DOC_MAP = {"doc_id": {"format": "notes:{id}"}, "title": {"concat": [{"col": "title"}]}, "body": {"concat": [{"col": "body"}]}}
 

@@ -1,5 +1,7 @@
 """The /mcp/rag tools, called the way the server calls them (RagHandler.execute_tool: argument
-validation, caps, error mapping, output models) on a real index built here through the writer API.
+validation, caps, error mapping, output models) on a real index built here through the writer API,
+on both backends (rag.db, and PostgreSQL 18 + pgvector) with the same assertions: where the
+engines differ by design (bm25 vs ts_rank raw values, FTS5 query syntax) a test says so.
 
 The corpus is small and fully known, so every filter's expected answer is computed in Python from
 the documents' metadata and every search mode must return exactly that set.
@@ -13,6 +15,7 @@ import hashlib
 import json
 import math
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from gateway.variables import all_variables
 from handlers.rag import RagHandler
 from handlers.rag.index import ChunkRecord, DocumentRecord
 from handlers.rag.limits import Call, Caps
+from handlers.rag.storage import reading
 
 COMMON = "database"  # a word in every chunk: an FTS query for it matches the whole corpus
 TOPICS = {
@@ -95,9 +99,16 @@ class Gateway:
         return result["structuredContent"]["error"]
 
 
-@pytest.fixture(scope="module")
-def gw(tmp_path_factory) -> Gateway:
-    gateway = Gateway(tmp_path_factory.mktemp("rag"))
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def gw(request, tmp_path_factory) -> Gateway:
+    backend: dict[str, str] = {}
+    if request.param == "postgresql":
+        server = request.getfixturevalue("pgvector_server")
+        name = f"mcpgw_tools_{uuid.uuid4().hex[:8]}"
+        backend = {"rag-backend": "postgresql", "rag-postgres_dsn": server.create_database(name)}
+        request.addfinalizer(lambda: server.drop_database(name))
+    gateway = Gateway(tmp_path_factory.mktemp("rag"), **backend)
+    gateway.backend = request.param
     index, embedder = gateway.handler.index, gateway.handler.embedder
     for source_id, name in SOURCE_NAMES.items():
         index.upsert_source(source_id, name, enabled=0 if source_id == 3 else 1)
@@ -225,12 +236,19 @@ def test_fts_text_is_safe_by_construction_and_fts5_syntax_is_opt_in(gw: Gateway)
     hostile = 'json" OR * NEAR( AND ) -- ; DROP TABLE rag_chunks; title: ^mysql'
     out = gw.ok("rag.search_fts", {"query": hostile, "k": 5})
     assert out["results"][0]["title"].startswith("json")
+    assert gw.error("rag.search_fts", {"query": "?? !!"})["code"] == "INVALID_ARGUMENT"
+    if gw.backend == "postgresql":
+        # PostgreSQL has no FTS5: syntax "fts5" is read as web-search syntax, which has no errors.
+        assert gw.ok("rag.search_fts", {"query": "json -mysql", "syntax": "fts5"})["results"] == []
+        assert gw.ok("rag.search_fts", {"query": '"point in time" backup', "syntax": "fts5", "k": 50})["results"]
+        for odd in ('json AND ("', "nosuchcolumn:json", "NEAR("):
+            gw.ok("rag.search_fts", {"query": odd, "syntax": "fts5"})
+        return
     assert gw.ok("rag.search_fts", {"query": "json NOT mysql", "syntax": "fts5"})["results"] == []
     assert gw.ok("rag.search_fts", {"query": "title:backup", "syntax": "fts5", "k": 50})["results"]
     for bad in ('json AND ("', "nosuchcolumn:json", "NEAR("):
         error = gw.error("rag.search_fts", {"query": bad, "syntax": "fts5"})
         assert error["code"] == "INVALID_ARGUMENT" and "FTS5" in error["message"]
-    assert gw.error("rag.search_fts", {"query": "?? !!"})["code"] == "INVALID_ARGUMENT"
 
 
 def test_snippets_use_fts5_highlighting_and_are_bounded(gw: Gateway) -> None:
@@ -410,12 +428,17 @@ def test_response_byte_cap_cuts_results_and_bodies(gw: Gateway) -> None:
 def test_timeout_interrupts_a_running_statement(gw: Gateway) -> None:
     caps = Caps(k_max=50, candidates_max=500, query_max_bytes=8192, response_max_bytes=5_000_000, timeout_ms=50)
     call = Call(caps, deadline=time.monotonic() + caps.timeout_ms / 1000)
-    conn = gw.handler.index.conn
+    index = gw.handler.index
+    endless = (
+        "SELECT pg_sleep(30)"
+        if gw.backend == "postgresql"
+        else "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+    )
     began = time.monotonic()
-    with pytest.raises(DeadlineExceeded, match="rag-timeout_ms"), call.sqlite_deadline(conn):
-        conn.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n").fetchall()
+    with pytest.raises(DeadlineExceeded, match="rag-timeout_ms"), reading(index, call) as reader:
+        list(reader.execute(endless))
     assert time.monotonic() - began < 2
-    assert conn.execute("SELECT count(*) FROM rag_chunks").fetchall()[0][0] > 0  # the connection still works
+    assert index.totals()["chunks"] > 0  # the index still serves
 
 
 def test_timeout_variable_sets_the_call_deadline(gw: Gateway) -> None:

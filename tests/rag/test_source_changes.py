@@ -132,7 +132,7 @@ def test_removing_a_source_deletes_what_was_indexed_from_it(rag) -> None:
 
 def test_a_removed_source_being_synced_is_purged_after_its_sync(rag) -> None:
     handler, store = rag
-    lock = reconcile.SourceLock(handler.services.data_dir, 2)
+    lock = handler.index.source_lock(2)
     assert lock.acquire("a running sync")
     try:
         load_sources(handler, store, "DELETE FROM rag_sources WHERE name = 'otters'")

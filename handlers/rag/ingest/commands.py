@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from gateway.errors import GatewayError
 from gateway.store import ConfigStore
 from handlers.rag.embeddings import index_embedding_config, make_embedder
-from handlers.rag.index import RagIndex
+from handlers.rag.index import open_rag_index
 from handlers.rag.ingest.jobs import JobManager
 from handlers.rag.ingest.sync import SyncOptions
 
@@ -59,7 +59,7 @@ def run_sync(
     try:
         runtime = store.read_runtime()
         embedder = make_embedder(index_embedding_config(runtime))
-        index = RagIndex.open(Path(data_dir) / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
+        index = open_rag_index(runtime, Path(data_dir), embedding_model_id=embedder.model_id, dim=embedder.dim)
     except GatewayError as exc:
         print(f"mcp-gateway rag sync: {exc.code}: {exc.message}", file=sys.stderr)
         return 2

@@ -210,6 +210,11 @@ def start_demo_in_background(
     """First start: build and register the demo, then sync it in a background thread (progress
     bar on stderr) while the server starts. Later starts resume a sync that never finished."""
     data_dir = Path(data_dir)
+    if store.cluster is not None or store.read_runtime().var("rag-backend") != "sqlite":
+        # The demo is one machine's quick start: its corpus is a file in this data directory,
+        # which a cluster's other instances (and a shared index) cannot read.
+        log.info("no demo corpus: this gateway shares its configuration or its RAG index")
+        return None
     if first_start:
         try:
             ensure_demo(data_dir, store)

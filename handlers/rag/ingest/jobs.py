@@ -2,19 +2,19 @@
 
 A job syncs one or more sources in turn. `start` takes each source's lock before it answers,
 so a second request for a source that is syncing is refused right away (accepted=false,
-with the running job's id) instead of queueing a duplicate. The lock is an `fcntl.flock` on
-<data_dir>/locks/rag-sync-<source_id>.lock: it excludes other workers, the CLI and other
-jobs of this process alike, and the kernel releases it when its holder dies (kill -9), so
-a crashed sync never leaves a stale lock behind.
+with the running job's id) instead of queueing a duplicate. The lock (index.source_lock) is an `fcntl.flock` on
+<data_dir>/locks/rag-sync-<source_id>.lock for rag.db, a PostgreSQL advisory lock for an
+index there (every instance of a cluster): it excludes other workers, instances, the CLI and
+other jobs of this process alike, and is released when its holder dies (kill -9), so a
+crashed sync never leaves a stale lock behind.
 
-Job progress lives in memory (for this process) and in rag.db's rag_sync_jobs, updated in
-the same transaction as each batch, so any worker or the CLI can report any job.
+Job progress lives in memory (for this process) and in the index's rag_sync_jobs, updated in
+the same transaction as each batch, so any worker, instance or the CLI can report any job.
 """
 
 from __future__ import annotations
 
 import calendar
-import fcntl
 import json
 import logging
 import os
@@ -30,7 +30,6 @@ from typing import Any
 import apsw
 
 from backends.targets import Target, targets_from_runtime
-from gateway import sqlite
 from gateway.errors import GatewayError, InvalidArgument, NotFound, Unavailable
 from gateway.pids import pid_alive
 from gateway.runtime import Runtime
@@ -38,42 +37,10 @@ from handlers.rag.index import RagIndex
 from handlers.rag.ingest.progress import SourceProgress
 from handlers.rag.ingest.sources_config import SourceSpec, runtime_sources
 from handlers.rag.ingest.sync import SourceSync, SyncOptions
+from handlers.rag.source_lock import SourceLock
 
 log = logging.getLogger("mcp_gateway.rag.ingest")
 JOBS_KEPT_IN_MEMORY = 100
-
-
-class SourceLock:
-    """An exclusive, non-blocking, crash-safe lock on one source."""
-
-    def __init__(self, data_dir: Path, source_id: int) -> None:
-        self.path = Path(data_dir) / "locks" / f"rag-sync-{source_id}.lock"
-        self.fd: int | None = None
-
-    def acquire(self, holder: str) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, holder.encode())
-        self.fd = fd
-        return True
-
-    def holder(self) -> str:
-        try:
-            return self.path.read_text().strip()
-        except OSError:
-            return ""
-
-    def release(self) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
 
 
 @dataclass
@@ -165,7 +132,7 @@ class JobManager:
         job_id = time.strftime("sync-%Y%m%dT%H%M%SZ-", time.gmtime()) + secrets.token_hex(3)
         locks: dict[str, SourceLock] = {}
         for spec in chosen:
-            lock = SourceLock(self.data_dir, spec.source_id)
+            lock = self.index.source_lock(spec.source_id)
             if not lock.acquire(job_id):
                 for taken in locks.values():
                     taken.release()
@@ -248,8 +215,9 @@ class JobManager:
             in_transaction=record_job,
             on_progress=on_progress,
             stop=self.stop,
+            scratch_dir=self.data_dir,
         ).run()
-        self.index.vectors.catch_up(self.index.conn)
+        self.index.after_sync()
 
     def _target(self, spec: SourceSpec) -> Target:
         targets, skipped = targets_from_runtime(self.runtime())
@@ -296,20 +264,19 @@ class JobManager:
         if conn is not None:
             conn.execute(sql, values)
             return
-        with sqlite.transaction(self.index.conn):
-            self.index.conn.execute(sql, values)
+        self.index.run(lambda db: db.execute(sql, values))
 
     def status(self, job_id: str) -> dict[str, Any]:
         job = self.jobs.get(job_id)
         if job is not None:
             return job.status()
-        rows = sqlite.rows(self.index.conn, "SELECT * FROM rag_sync_jobs WHERE job_id = ?", (job_id,))
+        rows = self.index.query("SELECT * FROM rag_sync_jobs WHERE job_id = ?", (job_id,))
         if not rows:
             raise NotFound(f"no sync job {job_id!r}")
         return status_from_row(rows[0])
 
     def recent(self, limit: int) -> list[dict[str, Any]]:
-        rows = sqlite.rows(self.index.conn, "SELECT * FROM rag_sync_jobs ORDER BY created_at DESC LIMIT ?", (limit,))
+        rows = self.index.query("SELECT * FROM rag_sync_jobs ORDER BY created_at DESC LIMIT ?", (limit,))
         return [self.jobs[r["job_id"]].status() if r["job_id"] in self.jobs else status_from_row(r) for r in rows]
 
     # -- periodic syncs ----------------------------------------------------------------------
@@ -329,8 +296,7 @@ class JobManager:
     def run_due(self) -> list[str]:
         """Start a job for every source whose periodic sync is due; returns the job ids."""
         last_runs = {
-            r["source_id"]: r["last_run_at"]
-            for r in sqlite.rows(self.index.conn, "SELECT source_id, last_run_at FROM rag_sync_state")
+            r["source_id"]: r["last_run_at"] for r in self.index.query("SELECT source_id, last_run_at FROM rag_sync_state")
         }
         started = []
         for spec in self.sources().values():

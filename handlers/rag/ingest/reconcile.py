@@ -21,12 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from gateway import sqlite
-from handlers.rag import vector_store
 from handlers.rag.index import RagIndex
-from handlers.rag.ingest.jobs import SourceLock
 
 log = logging.getLogger("mcp_gateway.rag.sources")
 
@@ -44,14 +39,16 @@ def apply_source_changes(
 ) -> threading.Thread | None:
     """Bring the index in line with a new runtime; returns the purge thread when one started."""
     removed = sorted(set(old) - set(new))
-    conn = index.conn
-    with sqlite.transaction(conn):
+
+    def flags(conn: Any) -> None:
         for source_id, enabled in new.items():
             conn.execute(
                 "UPDATE rag_sources SET enabled = ? WHERE source_id = ? AND enabled != ?", (int(enabled), source_id, int(enabled))
             )
         for source_id in removed:
             conn.execute("UPDATE rag_sources SET enabled = 0 WHERE source_id = ?", (source_id,))
+
+    index.run(flags)
     if not removed:
         return None
     thread = threading.Thread(
@@ -63,7 +60,7 @@ def apply_source_changes(
 
 def _purge_all(index: RagIndex, data_dir: Path, source_ids: list[int], stop: threading.Event) -> None:
     for source_id in source_ids:
-        lock = SourceLock(data_dir, source_id)
+        lock = index.source_lock(source_id)
         while not lock.acquire(f"purge-{source_id}"):  # a sync of it is still running: let it end
             if stop.wait(LOCK_POLL_S):
                 return
@@ -76,37 +73,10 @@ def _purge_all(index: RagIndex, data_dir: Path, source_ids: list[int], stop: thr
 
 
 def purge_source(index: RagIndex, source_id: int, stop: threading.Event | None = None) -> int:
-    """Delete a source and everything indexed from it, PURGE_BATCH chunks per transaction.
-    Returns the chunks deleted. Stopping halfway leaves a consistent index (each batch is one
-    transaction) with the source still hidden."""
-    conn = index.conn
-    total = sqlite.scalar(conn, "SELECT count(*) FROM rag_chunks WHERE source_id = ?", (source_id,)) or 0
-    deleted, started = 0, time.monotonic()
-    while not (stop is not None and stop.is_set()):
-        with sqlite.transaction(conn, "IMMEDIATE"):
-            rowids = [
-                r
-                for (r,) in conn.execute(
-                    "SELECT chunk_rowid FROM rag_chunks WHERE source_id = ? LIMIT ?", (source_id, PURGE_BATCH)
-                )
-            ]
-            if not rowids:
-                conn.execute(
-                    "DELETE FROM rag_documents WHERE doc_id IN (SELECT doc_id FROM rag_documents WHERE source_id = ? LIMIT ?)",
-                    (source_id, PURGE_BATCH),
-                )
-                if conn.changes() == 0:  # nothing left: the source row itself (its sync state cascades)
-                    conn.execute("DELETE FROM rag_sources WHERE source_id = ?", (source_id,))
-                    break
-                continue
-            vector_store.delete_vectors(conn, rowids)
-            conn.execute("DELETE FROM rag_chunks WHERE chunk_rowid IN (SELECT value FROM json_each(?))", (orjson.dumps(rowids),))
-        deleted += len(rowids)
-        log.info(
-            "removed rag source %s: %d/%d chunks deleted (%.0f/s)",
-            source_id,
-            deleted,
-            total,
-            deleted / max(time.monotonic() - started, 1e-6),
-        )
+    """Delete a source and everything indexed from it, PURGE_BATCH chunks per transaction (the
+    index's purge_source). Returns the chunks deleted. Stopping halfway leaves a consistent index
+    (each batch is one transaction) with the source still hidden."""
+    started = time.monotonic()
+    deleted = index.purge_source(source_id, stop, batch=PURGE_BATCH)
+    log.info("removed rag source %s: %d chunks deleted in %.1f s", source_id, deleted, time.monotonic() - started)
     return deleted

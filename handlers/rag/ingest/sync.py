@@ -24,17 +24,18 @@ import datetime as dt
 import hashlib
 import json
 import queue
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import apsw
 
 from backends.targets import Target
-from gateway import sqlite
 from gateway.errors import GatewayError, Unavailable
 from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex, normalise_timestamp
 from handlers.rag.ingest.chunking import chunk_text
@@ -115,8 +116,10 @@ class SourceSync:
         in_transaction: Callable[[apsw.Connection], None] | None = None,
         on_progress: Callable[[SourceProgress], None] | None = None,
         stop: threading.Event | None = None,
+        scratch_dir: Path | None = None,
     ) -> None:
         self.spec, self.target, self.index, self.embedder = spec, target, index, embedder
+        self.scratch_dir = scratch_dir or Path(tempfile.gettempdir())  # the deletion scan's scratch file
         self.progress, self.options, self.writer = progress, options, writer
         self.extra_in_transaction = in_transaction
         self.on_progress = on_progress or (lambda _p: None)
@@ -185,10 +188,8 @@ class SourceSync:
         )
 
     def _load_state(self) -> dict[str, Any]:
-        rows = sqlite.rows(
-            self.index.conn,
-            "SELECT cursor_json, last_key_scan_at FROM rag_sync_state WHERE source_id = ?",
-            (self.spec.source_id,),
+        rows = self.index.query(
+            "SELECT cursor_json, last_key_scan_at FROM rag_sync_state WHERE source_id = ?", (self.spec.source_id,)
         )
         stored = json.loads(rows[0]["cursor_json"] or "{}") if rows else {}
         redo = self.options.full or stored.get("definition") != self.fingerprint
@@ -411,10 +412,13 @@ class SourceSync:
     # -- deletions ---------------------------------------------------------------------------
     def _delete_missing(self, reader: SourceReader) -> None:
         """Remove documents whose rows are gone (see keyscan: nothing goes unless the scan completes)."""
-        for doc_ids in missing_doc_ids(reader, self.spec, self.index.path, batch_docs=DELETE_BATCH_DOCS, stop=self.stop):
+        for doc_ids in missing_doc_ids(
+            reader, self.spec, self.index, self.scratch_dir, batch_docs=DELETE_BATCH_DOCS, stop=self.stop
+        ):
             self._delete_docs(doc_ids)
-        with sqlite.transaction(self.index.conn):
-            self._save_state(self.index.conn, last_key_scan_at=utc_now_text(), docs_deleted=self.progress.docs_deleted)
+        self.index.run(
+            lambda conn: self._save_state(conn, last_key_scan_at=utc_now_text(), docs_deleted=self.progress.docs_deleted)
+        )
 
     def _delete_docs(self, doc_ids: list[str]) -> None:
         deleted = self.progress.docs_deleted + len(doc_ids)
@@ -440,5 +444,4 @@ class SourceSync:
             "rows_skipped": p.rows_skipped,
         }
         extra = {"last_error": error} if error else {"last_error": None, "last_ok_at": utc_now_text()}
-        with sqlite.transaction(self.index.conn):
-            self._save_state(self.index.conn, counts=counts, **extra)
+        self.index.run(lambda conn: self._save_state(conn, counts=counts, **extra))

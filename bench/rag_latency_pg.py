@@ -1,0 +1,207 @@
+"""The PostgreSQL half of `bench/rag_latency.py --backend postgresql`: the same synthetic corpus
+in PostgreSQL + pgvector through PgRagIndex.write_batch, then the same tool-level cases
+(bench/rag_tools.py) as for rag.db, so the two backends are side by side in one run.
+
+The load drops the HNSW index first and builds it once at the end (parallel, as `CREATE INDEX`
+does for an initial bulk load); both times are reported. Recall@10 is against the same exact truth
+as rag.db's (chunk ids are the same in both indexes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from rag_latency import log
+from rag_synth import SOURCES, Corpus
+
+from handlers.rag.index import ChunkRecord, DocumentRecord
+from handlers.rag.pg_index import INDEX_TABLES, PgRagIndex, schema_ddl
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def postgres_dsn(given: str) -> Iterator[str]:
+    """`given`, or a throwaway PostgreSQL 18 + pgvector (tests/pgvector_server.py) for the run."""
+    if given:
+        yield given
+        return
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from pgvector_server import start_pgvector_server
+
+    server = start_pgvector_server()
+    try:
+        with psycopg.connect(server.dsn, autocommit=True) as conn:  # a bench-sized server: memory for the HNSW build
+            conn.execute("ALTER SYSTEM SET maintenance_work_mem = '1GB'")
+            conn.execute("ALTER SYSTEM SET max_parallel_maintenance_workers = 2")
+            conn.execute("ALTER SYSTEM SET shared_buffers = '1GB'")
+        server.restart()
+        yield server.create_database("rag_latency")
+    finally:
+        server.remove()
+
+
+def load_postgres(dsn: str, corpus: Corpus, *, model_id: str, docs_per_txn: int) -> tuple[PgRagIndex, dict[str, float]]:
+    index = PgRagIndex.open(dsn, embedding_model_id=model_id, dim=corpus.dim)
+    for source_id, (name, _) in enumerate(SOURCES, start=1):
+        index.upsert_source(source_id, name, backend_type="sqlite")
+    with index.connection() as conn:
+        conn.execute("DROP INDEX IF EXISTS rag_chunks_embedding")
+    started = time.perf_counter()
+    made = 0
+    for docs, vectors in corpus.documents():
+        records, at = [], 0
+        for doc in docs:
+            chunks = []
+            for chunk in doc.chunks:
+                chunks.append(
+                    ChunkRecord(
+                        f"{doc.doc_id}#{chunk.chunk_index}",
+                        chunk.chunk_index,
+                        chunk.title,
+                        chunk.body,
+                        {},
+                        f"h{chunk.rowid_hint}",
+                        vectors[at],
+                    )
+                )
+                at += 1
+            records.append(
+                DocumentRecord(
+                    doc.doc_id,
+                    doc.source_index + 1,
+                    SOURCES[doc.source_index][0],
+                    {"id": doc.doc_id},
+                    doc.title,
+                    "",
+                    doc.metadata,
+                    None,
+                    chunks,
+                )
+            )
+        for start in range(0, len(records), docs_per_txn):
+            index.write_batch(records[start : start + docs_per_txn])
+        made += len(vectors)
+        log(f"PostgreSQL load: {made}/{corpus.n_chunks} chunks ({made / (time.perf_counter() - started):.0f}/s)")
+    load_s = time.perf_counter() - started
+    started = time.perf_counter()
+    with index.connection() as conn:
+        conn.execute(schema_ddl(corpus.dim, index.hnsw_type))  # recreates the HNSW index, the rest exists
+    hnsw_s = time.perf_counter() - started
+    with index.connection() as conn:
+        conn.execute("ANALYZE rag_chunks")
+    log(f"PostgreSQL: loaded in {load_s:.0f} s, HNSW built in {hnsw_s:.0f} s")
+    return index, {"load_s": round(load_s, 1), "hnsw_build_s": round(hnsw_s, 1)}
+
+
+def disk_mb(index: PgRagIndex) -> dict[str, float]:
+    with index.connection() as conn:
+        parts = {
+            name: conn.execute("SELECT pg_total_relation_size(%s::regclass)", (name,)).fetchone()[0] / 1e6
+            for name in (*INDEX_TABLES, "rag_chunks_embedding", "rag_chunks_fts")
+        }
+        heap = conn.execute(
+            "SELECT pg_relation_size('rag_chunks') + pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'rag_chunks'"
+        ).fetchone()[0]
+    return {
+        "index_total": round(sum(parts[t] for t in INDEX_TABLES), 1),
+        "rag_chunks_heap_and_toast": round(heap / 1e6, 1),
+        "hnsw_index": round(parts["rag_chunks_embedding"], 1),
+        "gin_fts_index": round(parts["rag_chunks_fts"], 1),
+    }
+
+
+def measure_postgres(
+    args: Any, corpus: Corpus, texts: list[str], queries: np.ndarray, truth: dict[str, list[list[int]]], sqlite_db: Path
+) -> dict[str, Any]:
+    from rag_tools import measure_tools
+
+    from handlers.rag.embeddings import make_embedder
+
+    model_id = make_embedder({"provider": "local"}).model_id  # hybrid embeds its query text with it
+    with postgres_dsn(args.postgres_dsn) as dsn, tempfile.TemporaryDirectory(prefix="rag-latency-pg-") as data_dir:
+        index, build = load_postgres(dsn, corpus, model_id=model_id, docs_per_txn=args.docs_per_txn)
+        disk = disk_mb(index)
+        log("sweeping hnsw.ef_search on PostgreSQL")
+        sweep = ef_search_sweep(index, sqlite_db, queries, truth["none"], k=args.k)
+        index.close()
+        if args.skip_tools:
+            return {"build": build, "disk_mb": disk, "ef_search_sweep": sweep}
+        log("measuring the tools on PostgreSQL")
+        tools = measure_tools(
+            Path(data_dir),
+            sqlite_db,
+            texts,
+            queries,
+            truth,
+            k=args.k,
+            dim=args.dim,
+            variables={"rag-backend": "postgresql", "rag-postgres_dsn": dsn},
+        )
+    return {"build": build, "disk_mb": disk, "ef_search_sweep": sweep, "tools": tools}
+
+
+def ef_search_sweep(index: PgRagIndex, sqlite_db: Path, queries: np.ndarray, truth: list[list[int]], *, k: int) -> dict:
+    """Layer-level: PgRagIndex.nearest p50/p95 and recall@10 per hnsw.ef_search floor (the default
+    is pg_index.HNSW_EF_SEARCH_MIN). Recall compares chunk ids with rag.db's exact truth."""
+    from rag_latency import percentiles, timed
+
+    from gateway.sqlite import connect
+    from handlers.rag import pg_index
+
+    lite = connect(sqlite_db)
+    wanted = sorted({r for row in truth for r in row})
+    chunk_of = dict(
+        lite.execute(f"SELECT chunk_rowid, chunk_id FROM rag_chunks WHERE chunk_rowid IN ({','.join(map(str, wanted))})")
+    )
+    lite.close()
+    truth_ids = [{chunk_of[r] for r in row} for row in truth]
+    default, out = pg_index.HNSW_EF_SEARCH_MIN, {}
+    with index.connection() as conn:
+        for ef in (40, 64, 128, 256):
+            pg_index.HNSW_EF_SEARCH_MIN = ef
+            found, times = timed(lambda q: [r for r, _ in index.nearest(conn, q, k).rows], queries)
+            ids = dict(
+                conn.execute(
+                    "SELECT chunk_rowid, chunk_id FROM rag_chunks WHERE chunk_rowid = ANY(%s)",
+                    (sorted({r for row in found for r in row}),),
+                ).fetchall()
+            )
+            hits = sum(len({ids[r] for r in row} & t) for row, t in zip(found, truth_ids, strict=True))
+            out[str(ef)] = {**percentiles(times), "recall_at_10": round(hits / max(1, sum(len(t) for t in truth_ids)), 4)}
+    pg_index.HNSW_EF_SEARCH_MIN = default
+    return out
+
+
+def side_by_side(sqlite_tools: dict[str, Any], pg_tools: dict[str, Any]) -> dict[str, Any]:
+    """Per tool case: p50/p95 of both and PostgreSQL over SQLite, recall of both where measured."""
+    rows = {}
+    for case, lite in sqlite_tools.items():
+        pg = pg_tools.get(case)
+        if pg is None or "p50_ms" not in lite:
+            continue
+        row = {
+            "sqlite_p50_ms": lite["p50_ms"],
+            "postgresql_p50_ms": pg["p50_ms"],
+            "p50_ratio": round(pg["p50_ms"] / max(lite["p50_ms"], 1e-9), 2),
+            "sqlite_p95_ms": lite["p95_ms"],
+            "postgresql_p95_ms": pg["p95_ms"],
+            "p95_ratio": round(pg["p95_ms"] / max(lite["p95_ms"], 1e-9), 2),
+        }
+        if "recall_at_10" in lite:
+            row.update(sqlite_recall_at_10=lite["recall_at_10"], postgresql_recall_at_10=pg["recall_at_10"])
+        if "p50_over_unfiltered" in lite:
+            row.update(
+                sqlite_filtered_over_unfiltered=lite["p50_over_unfiltered"],
+                postgresql_filtered_over_unfiltered=pg["p50_over_unfiltered"],
+            )
+        rows[case] = row
+    return rows

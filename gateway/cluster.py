@@ -1,0 +1,265 @@
+"""Configuration shared by a cluster of gateways: ProxySQL Cluster's idea on PostgreSQL.
+
+With `mcp-cluster_dsn` set, every instance keeps its own memory and runtime layers (config.db,
+shared by its workers) but the cluster's truth lives in PostgreSQL (schema.sql, section
+cluster_postgres):
+
+    mcp_cluster_runtime   per module: a version, the memory and runtime rows of the last LOAD
+    mcp_cluster_disk      per module: the rows of the last SAVE ... TO DISK (the disk layer)
+    mcp_cluster_members   per instance: last heartbeat and the module versions it serves
+
+`LOAD <module> TO RUNTIME` on any instance validates locally, then publishes (version + 1 and a
+NOTIFY on CHANNEL in the same PostgreSQL transaction) before it applies locally; if PostgreSQL
+cannot be reached the LOAD fails UNAVAILABLE and changes nothing anywhere. Every worker of every
+instance runs a `ClusterFollower`: it LISTENs, compares versions at each notification and once a
+second anyway (the fallback when a notification is lost, e.g. across a PostgreSQL restart), and
+copies a newer module into its instance's config.db, whose runtime version the workers already
+poll. Variables declared `local` (port, bind address, certificates, the DSN itself) are never
+published: each instance keeps its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from gateway import sqlite
+from gateway.errors import Unavailable
+
+log = logging.getLogger("mcp_gateway.cluster")
+
+CHANNEL = "mcp_gateway_config"
+POLL_S = 1.0  # the fallback when a notification is lost
+HEARTBEAT_S = 1.0
+STALE_AFTER_S = 5.0  # a member not heard from for this long is reported as lagging
+CONNECT_TIMEOUT_S = 3
+JOIN_LOCK_KEY = 0x6D63_7067_6A6F_696E  # pg_advisory_lock key serialising instances joining the cluster
+
+Rows = dict[str, list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ClusterModule:
+    module: str
+    version: int
+    memory: Rows
+    runtime: Rows
+
+
+def member_id(variables: dict[str, str]) -> str:
+    """mcp-cluster_member_name, or host:port (the bound port once serving, else mcp-port)."""
+    port = os.environ.get("MCP_GATEWAY_PORT") or variables.get("mcp-port") or "0"
+    return variables.get("mcp-cluster_member_name") or f"{socket.gethostname()}:{port}"
+
+
+class ClusterLink:
+    """Short-lived connections for the rare writes and reads; PostgreSQL errors become UNAVAILABLE."""
+
+    def __init__(self, dsn: str, member_id: str) -> None:
+        self.dsn = dsn
+        self.member_id = member_id
+        self._schema_ready = False
+
+    @contextlib.contextmanager
+    def connect(self, *, autocommit: bool = False) -> Iterator[psycopg.Connection]:
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S, application_name="mcp-gateway"
+            ) as conn:
+                if not self._schema_ready:
+                    ensure_schema(conn)
+                    self._schema_ready = True
+                yield conn
+        except psycopg.OperationalError as exc:
+            # The driver's text may name the host and user; the DSN's password never reaches it.
+            raise Unavailable(f"the cluster database is unreachable ({type(exc).__name__})") from exc
+
+    @contextlib.contextmanager
+    def join_lock(self) -> Iterator[None]:
+        """Held while an instance starts: the first one publishes its configuration, the next adopt it."""
+        with self.connect(autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (JOIN_LOCK_KEY,))
+            try:
+                yield
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (JOIN_LOCK_KEY,))
+
+    def publish(self, module: str, memory: Rows, runtime: Rows) -> int:
+        """Store a module's rows as its next version and announce it; returns the version."""
+        with self.connect() as conn, conn.transaction():
+            version = conn.execute(
+                "INSERT INTO mcp_cluster_runtime (module, version, memory_rows, runtime_rows, loaded_by) "
+                "VALUES (%s, 1, %s, %s, %s) ON CONFLICT (module) DO UPDATE SET version = mcp_cluster_runtime.version + 1, "
+                "memory_rows = excluded.memory_rows, runtime_rows = excluded.runtime_rows, "
+                "loaded_at = now(), loaded_by = excluded.loaded_by RETURNING version",
+                (module, Jsonb(memory), Jsonb(runtime), self.member_id),
+            ).fetchone()[0]
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps({"module": module, "version": version})))
+        return int(version)
+
+    def fetch(self, module: str) -> ClusterModule | None:
+        with self.connect(autocommit=True) as conn:
+            return fetch_module(conn, module)
+
+    def versions(self) -> dict[str, int]:
+        with self.connect(autocommit=True) as conn:
+            return module_versions(conn)
+
+    def save_disk(self, module: str, rows: Rows) -> None:
+        with self.connect() as conn, conn.transaction():
+            conn.execute(
+                "INSERT INTO mcp_cluster_disk (module, disk_rows, saved_by) VALUES (%s, %s, %s) "
+                "ON CONFLICT (module) DO UPDATE SET disk_rows = excluded.disk_rows, saved_at = now(), saved_by = excluded.saved_by",
+                (module, Jsonb(rows), self.member_id),
+            )
+
+    def load_disk(self, module: str) -> Rows | None:
+        with self.connect(autocommit=True) as conn:
+            row = conn.execute("SELECT disk_rows FROM mcp_cluster_disk WHERE module = %s", (module,)).fetchone()
+        return None if row is None else row[0]
+
+    def status(self) -> dict[str, Any]:
+        """The cluster as get_status shows it: module versions, members, and which of them lag."""
+        with self.connect(autocommit=True) as conn:
+            versions = module_versions(conn)
+            members = conn.execute(
+                "SELECT member_id, host, port, pid, versions, extract(epoch FROM now() - last_seen)::float8, "
+                "extract(epoch FROM started_at)::float8 FROM mcp_cluster_members ORDER BY member_id"
+            ).fetchall()
+        shown = []
+        for member_id, host, port, pid, served, silent_s, started_at in members:
+            behind = sorted(m for m, v in versions.items() if int(served.get(m, 0)) < v)
+            stale = silent_s > STALE_AFTER_S
+            shown.append(
+                {
+                    "member_id": member_id,
+                    "host": host,
+                    "port": port,
+                    "pid": pid,
+                    "versions": {m: int(v) for m, v in served.items()},
+                    "last_seen_s": round(silent_s, 3),
+                    "started_at": started_at,
+                    "behind": behind,
+                    "lagging": bool(behind) or stale,
+                }
+            )
+        return {
+            "member_id": self.member_id,
+            "versions": versions,
+            "members": shown,
+            "laggards": [m["member_id"] for m in shown if m["lagging"]],
+        }
+
+
+def ensure_schema(conn: psycopg.Connection) -> None:
+    ddl = sqlite.schema_section("cluster_postgres")
+    with conn.transaction():
+        # CREATE TABLE IF NOT EXISTS races with itself on a fresh database; serialise the instances.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (JOIN_LOCK_KEY + 1,))
+        conn.execute(ddl)
+
+
+def module_versions(conn: psycopg.Connection) -> dict[str, int]:
+    return {m: int(v) for m, v in conn.execute("SELECT module, version FROM mcp_cluster_runtime").fetchall()}
+
+
+def fetch_module(conn: psycopg.Connection, module: str) -> ClusterModule | None:
+    row = conn.execute(
+        "SELECT version, memory_rows, runtime_rows FROM mcp_cluster_runtime WHERE module = %s", (module,)
+    ).fetchone()
+    return None if row is None else ClusterModule(module, int(row[0]), row[1], row[2])
+
+
+class ClusterFollower:
+    """One per worker, in a thread: LISTEN, compare versions on each notification and every
+    POLL_S, apply what is newer through `apply(ClusterModule)`, heartbeat the member row.
+
+    `applied()` returns the versions this instance serves (from its config.db); a module is
+    applied by whichever worker of the instance gets there first (the store checks the version
+    in the same SQLite transaction), and the others then find nothing to do.
+    """
+
+    def __init__(
+        self,
+        link: ClusterLink,
+        *,
+        applied: Callable[[], dict[str, int]],
+        apply: Callable[[ClusterModule], bool],
+        port: int,
+    ) -> None:
+        self.link = link
+        self.applied = applied
+        self.apply = apply
+        self.port = port
+        self.connected = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cluster-follower", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                self._follow()
+                backoff = 0.2
+            except Exception as exc:  # PostgreSQL restarting, network: retry; serving goes on meanwhile
+                if self.connected:
+                    log.warning("cluster database connection lost (%s); retrying", type(exc).__name__)
+                self.connected = False
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _follow(self) -> None:
+        with psycopg.connect(
+            self.link.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="mcp-gateway-follower"
+        ) as conn:
+            ensure_schema(conn)
+            conn.execute(f"LISTEN {CHANNEL}")
+            if not self.connected:
+                log.info("following the cluster configuration as %s", self.link.member_id)
+            self.connected = True
+            self._catch_up(conn)  # whatever was announced while we were away
+            self._heartbeat(conn)
+            last_heartbeat = time.monotonic()
+            while not self._stop.is_set():
+                announced = False
+                for _ in conn.notifies(timeout=POLL_S, stop_after=1):
+                    announced = True
+                self._catch_up(conn)
+                if announced or time.monotonic() - last_heartbeat >= HEARTBEAT_S:
+                    self._heartbeat(conn)
+                    last_heartbeat = time.monotonic()
+
+    def _catch_up(self, conn: psycopg.Connection) -> None:
+        served = self.applied()
+        for module, version in module_versions(conn).items():
+            if version > served.get(module, 0):
+                fetched = fetch_module(conn, module)
+                if fetched is not None and self.apply(fetched):
+                    log.info("cluster: %s version %s applied", module, fetched.version)
+
+    def _heartbeat(self, conn: psycopg.Connection) -> None:
+        conn.execute(
+            "INSERT INTO mcp_cluster_members (member_id, host, port, pid, versions, started_at, last_seen) "
+            "VALUES (%s, %s, %s, %s, %s, now(), now()) ON CONFLICT (member_id) DO UPDATE SET host = excluded.host, "
+            "port = excluded.port, pid = excluded.pid, versions = excluded.versions, last_seen = now()",
+            (self.link.member_id, socket.gethostname(), self.port, os.getpid(), Jsonb(self.applied())),
+        )

@@ -1,0 +1,204 @@
+"""Keyword search on the PostgreSQL RAG index: the tsvector/GIN half of fts.py (pg_index.py holds
+the rest of the PostgreSQL storage). The words of a fts.MatchQuery become a tsquery; the GIN index
+finds the matches, ts_rank picks the best RERANK_POOL of them, and those are ranked by BM25 over
+their tsvectors (k1 1.2, b 0.75, a title occurrence counting TITLE_TF_WEIGHT times, as FTS5's
+column weights do): ts_rank alone has no inverse document frequency and measured nDCG@10 0.362
+on Cranfield keyword search, BM25 re-ranking 0.394 (rag.db's FTS5: 0.387). ts_headline marks the
+snippets. Filters are FilterSQL conditions over `c`, as everywhere."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from handlers.rag.pg_ingest import pg_where
+
+# -- keyword search: the tsvector half of fts.py --------------------------------------------------
+# ts_rank weights {D, C, B, A}: the body is D, the title A; 2:1 as FTS5's bm25 column weights.
+TS_WEIGHTS = "{0.5, 0.5, 0.5, 1.0}"
+TS_NORMALISATION = 1  # rank / (1 + log(document length)): long chunks do not win by length alone
+BM25_K1, BM25_B = 1.2, 0.75
+TITLE_TF_WEIGHT = 2.0  # fts.TITLE_WEIGHT
+RERANK_POOL = 200  # ts_rank's best this many are BM25-ranked (Cranfield: 0.3939 at 200, 0.3943 at all)
+STATS_TTL_S = 60.0  # chunk count, average length and document frequencies are re-read this often
+
+_BM25 = f"""
+SELECT c.chunk_rowid,
+       sum(t.idf * x.tf * {BM25_K1 + 1} / (x.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * length(c.fts) / %(avgdl)s))) AS score
+FROM ({{candidates}}) c
+CROSS JOIN LATERAL (
+    SELECT u.lexeme, (SELECT sum(CASE w WHEN 'A' THEN {TITLE_TF_WEIGHT} ELSE 1.0 END) FROM unnest(u.weights) w) AS tf
+    FROM unnest(c.fts) u WHERE u.lexeme = ANY(%(lexemes)s)
+) x
+JOIN unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS t (lexeme, idf) ON t.lexeme = x.lexeme
+GROUP BY c.chunk_rowid
+"""
+
+
+class TermStats:
+    """BM25's corpus figures for one index, cached STATS_TTL_S: chunk count, average tsvector
+    length, and the document frequency of each query lexeme met (one GIN count each)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read_at = -math.inf
+        self._corpus = (0.0, 1.0)
+        self._df: dict[str, float] = {}
+
+    def idfs(self, conn: psycopg.Connection, text: str) -> tuple[list[str], list[float], float]:
+        """(the lexemes of `text`, their idf, the average chunk length)."""
+        lexemes = [r[0] for r in conn.execute("SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %s))", (text,))]
+        with self._lock:
+            if time.monotonic() - self._read_at > STATS_TTL_S:
+                self._corpus = conn.execute(
+                    "SELECT count(*)::float8, coalesce(avg(length(fts)), 1)::float8 FROM rag_chunks"
+                ).fetchone()
+                self._df, self._read_at = {}, time.monotonic()
+            missing = [lexeme for lexeme in lexemes if lexeme not in self._df]
+            if missing:
+                self._df.update(
+                    conn.execute(
+                        "SELECT l, (SELECT count(*) FROM rag_chunks WHERE fts @@ to_tsquery('simple', quote_literal(l)))::float8"
+                        " FROM unnest(%s::text[]) l",
+                        (missing,),
+                    ).fetchall()
+                )
+            n, avgdl = self._corpus
+            return lexemes, [math.log(1 + (n - self._df[x] + 0.5) / (self._df[x] + 0.5)) for x in lexemes], max(avgdl, 1.0)
+
+    def rare_idf(self, conn: psycopg.Connection, text: str, threshold: float) -> float:
+        """fts.rare_term_idf on PostgreSQL: bm25's idf, log((N - df + 0.5) / (df + 0.5)), of the
+        query's rarest word when it exceeds `threshold` (else 0); words in no chunk do not count."""
+        lexemes, _, _ = self.idfs(conn, text)
+        with self._lock:
+            n = self._corpus[0]
+            idfs = [math.log((n - self._df[x] + 0.5) / (self._df[x] + 0.5)) for x in lexemes if self._df.get(x)]
+        best = max(idfs, default=0.0)
+        return best if best > threshold else 0.0
+
+
+def tsquery_sql(match: Any) -> tuple[str, str]:
+    """(SQL expression with one placeholder, its parameter) for a fts.MatchQuery.
+
+    Text syntax: the quoted words, OR-ed (or AND-ed for MatchQuery.all_terms); each is \\w+
+    only, so the to_tsquery text holds no operator but ours. FTS5 syntax has no PostgreSQL
+    equivalent: it is read as web-search syntax ("quoted phrase", -word, or), never an error."""
+    if match.user_syntax:
+        return "websearch_to_tsquery('english', %s)", match.expression
+    joiner = " & " if " AND " in match.expression else " | "
+    return "to_tsquery('english', %s)", joiner.join(words_of(match))
+
+
+def fts_ranked(
+    conn: psycopg.Connection,
+    match: Any,
+    stats: TermStats,
+    *,
+    where: str = "TRUE",
+    params: Sequence[Any] = (),
+    limit: int,
+    offset: int = 0,
+) -> list[tuple[int, float]]:
+    """(chunk_rowid, raw) best first; raw is -BM25 (lower is better, as FTS5's bm25), or -ts_rank
+    for a query in web-search syntax (whose words are not a plain list)."""
+    if limit <= 0:
+        return []
+    query, text = tsquery_sql(match)
+    if not match.user_syntax:
+        lexemes, idfs, avgdl = stats.idfs(conn, " ".join(words_of(match)))
+        condition, named = named_where(where, params)
+        candidates = (
+            f"SELECT c.chunk_rowid, c.fts FROM rag_chunks c, {query.replace('%s', '%(text)s')} q WHERE c.fts @@ q AND ({condition})"
+            f" ORDER BY ts_rank(%(weights)s, c.fts, q, {TS_NORMALISATION}) DESC, c.chunk_rowid LIMIT %(pool)s"
+        )
+        rows = conn.execute(
+            _BM25.replace("{candidates}", candidates) + " ORDER BY score DESC, c.chunk_rowid LIMIT %(limit)s OFFSET %(offset)s",
+            {
+                **named,
+                "text": text,
+                "weights": TS_WEIGHTS,
+                "pool": max(RERANK_POOL, limit + offset),
+                "avgdl": avgdl,
+                "lexemes": lexemes,
+                "idfs": idfs,
+                "limit": limit,
+                "offset": offset,
+            },
+        ).fetchall()
+        return [(int(r), -float(s)) for r, s in rows]
+    rows = conn.execute(
+        f"SELECT c.chunk_rowid, ts_rank(%s, c.fts, q, {TS_NORMALISATION}) AS r FROM rag_chunks c, {query} q"
+        f" WHERE c.fts @@ q AND ({pg_where(where)}) ORDER BY r DESC, c.chunk_rowid LIMIT %s OFFSET %s",
+        (TS_WEIGHTS, text, *params, limit, offset),
+    ).fetchall()
+    return [(int(r), -float(s)) for r, s in rows]
+
+
+def fts_raw_of(conn: psycopg.Connection, match: Any, stats: TermStats, rowids: Sequence[int]) -> dict[int, float]:
+    """The raw score fts_ranked gives these chunks (those a vector search found), matching ones only."""
+    if not rowids:
+        return {}
+    query, text = tsquery_sql(match)
+    if match.user_syntax:
+        sql = (
+            f"SELECT c.chunk_rowid, ts_rank(%s, c.fts, q, {TS_NORMALISATION}) FROM rag_chunks c, {query} q"
+            " WHERE c.chunk_rowid = ANY(%s) AND c.fts @@ q"
+        )
+        return {int(r): -float(s) for r, s in conn.execute(sql, (TS_WEIGHTS, text, list(rowids)))}
+    lexemes, idfs, avgdl = stats.idfs(conn, " ".join(words_of(match)))
+    candidates = (
+        f"SELECT c.chunk_rowid, c.fts FROM rag_chunks c, {query.replace('%s', '%(text)s')} q"
+        " WHERE c.chunk_rowid = ANY(%(rowids)s) AND c.fts @@ q"
+    )
+    params = {"text": text, "rowids": list(rowids), "avgdl": avgdl, "lexemes": lexemes, "idfs": idfs}
+    return {int(r): -float(s) for r, s in conn.execute(_BM25.replace("{candidates}", candidates), params)}
+
+
+def named_where(where: str, params: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """A FilterSQL condition with `?` placeholders as named ones (%(f0)s ...), to share a statement
+    with named parameters; the text is built from fixed fragments, values stay parameters."""
+    parts = where.split("?")
+    if len(parts) - 1 != len(params):
+        raise ValueError("filter placeholders and parameters differ in number")
+    condition = parts[0] + "".join(f"%(f{i})s{part}" for i, part in enumerate(parts[1:]))
+    return condition, {f"f{i}": value for i, value in enumerate(params)}
+
+
+def words_of(match: Any) -> list[str]:
+    return [term[1:-1].replace('""', '"') for term in match.terms]
+
+
+def fts_snippets(
+    conn: psycopg.Connection, match: Any, rowids: Sequence[int], *, tokens: int, open_mark: str, close_mark: str
+) -> dict[int, str]:
+    """ts_headline of the body (the title when the body does not match), the matches marked."""
+    if not rowids:
+        return {}
+    query, text = tsquery_sql(match)
+    options = (
+        f"StartSel={open_mark}, StopSel={close_mark}, MaxWords={max(2, tokens)}, MinWords={max(1, tokens // 2)}, ShortWord=0"
+    )
+    rows = conn.execute(
+        f"SELECT c.chunk_rowid, CASE WHEN to_tsvector('english', c.body) @@ q THEN ts_headline('english', c.body, q, %s)"
+        f" ELSE ts_headline('english', c.title, q, %s) END FROM rag_chunks c, {query} q WHERE c.chunk_rowid = ANY(%s) AND c.fts @@ q",
+        (options, options, text, list(rowids)),
+    ).fetchall()
+    return {int(r): s for r, s in rows}
+
+
+def hit_rows(conn: psycopg.Connection, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+    """{rowid: (rowid, chunk_id, doc_id, source_id, source_name, title, document metadata_json)}, as search.hits joins."""
+    if not rowids:
+        return {}
+    rows = conn.execute(
+        "SELECT c.chunk_rowid, c.chunk_id, c.doc_id, c.source_id, s.name, c.title, d.metadata_json"
+        " FROM rag_chunks c JOIN rag_sources s ON s.source_id = c.source_id JOIN rag_documents d ON d.doc_id = c.doc_id"
+        " WHERE c.chunk_rowid = ANY(%s)",
+        (list(rowids),),
+    ).fetchall()
+    return {int(row[0]): tuple(row) for row in rows}

@@ -1,0 +1,181 @@
+"""The RAG index's PostgreSQL storage (handlers/rag/pg_index.py) on a real PostgreSQL 18 + pgvector:
+the write path's semantics (those of RagIndex.write_batch), filtered HNSW search with iterative
+scans, and a PostgreSQL restart survived without reopening the index."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import psycopg
+import pytest
+
+from gateway.errors import ConfigError, Unavailable
+from handlers.rag import fts, pg_index
+from handlers.rag.embeddings import make_embedder
+from handlers.rag.index import ChunkRecord, DocumentRecord
+from handlers.rag.pg_fts import fts_ranked, fts_snippets, hit_rows
+from handlers.rag.pg_index import PgRagIndex
+
+EMBEDDER = make_embedder({"provider": "hash", "dim": 64})
+
+
+def chunk(doc_id: str, index: int, body: str, *, embed: bool = True) -> ChunkRecord:
+    return ChunkRecord(
+        chunk_id=f"{doc_id}#{index}",
+        chunk_index=index,
+        title=f"title of {doc_id}",
+        body=body,
+        metadata={"part": index},
+        content_hash=hashlib.sha1(body.encode()).hexdigest(),
+        embedding=EMBEDDER.embed([body])[0] if embed else None,
+    )
+
+
+def doc(
+    doc_id: str, bodies: list[str], *, source_id: int = 1, metadata: dict | None = None, embed: bool = True
+) -> DocumentRecord:
+    return DocumentRecord(
+        doc_id=doc_id,
+        source_id=source_id,
+        source_name=f"src{source_id}",
+        pk_json={"id": doc_id},
+        title=f"title of {doc_id}",
+        body=" ".join(bodies),
+        metadata=metadata or {},
+        updated_at=None,
+        chunks=[chunk(doc_id, i, b, embed=embed) for i, b in enumerate(bodies)],
+    )
+
+
+@pytest.fixture()
+def index(pgvector_db: str):
+    idx = PgRagIndex.open(pgvector_db, embedding_model_id=EMBEDDER.model_id, dim=EMBEDDER.dim)
+    idx.upsert_source(1, "src1", backend_type="sqlite")
+    idx.upsert_source(2, "src2", backend_type="mysql", enabled=0)
+    yield idx
+    idx.close()
+
+
+def counts(idx: PgRagIndex) -> dict[str, int]:
+    with idx.connection() as conn:
+        return {
+            table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("rag_documents", "rag_chunks", "rag_doc_tags")
+        } | {"vectors": conn.execute("SELECT count(embedding) FROM rag_chunks").fetchone()[0]}
+
+
+def test_write_batch_replaces_chunks_and_keeps_unchanged_vectors(index: PgRagIndex) -> None:
+    index.write_batch([doc("a", ["alpha one", "alpha two", "alpha three"], metadata={"Tags": "<x><y>"}), doc("b", ["beta"])])
+    assert counts(index) == {"rag_documents": 2, "rag_chunks": 4, "rag_doc_tags": 2, "vectors": 4}
+    with index.connection() as conn:
+        before = dict(conn.execute("SELECT chunk_id, embedding::text FROM rag_chunks WHERE doc_id = 'a'").fetchall())
+    # Same first text (no embedding sent: keep the vector), a changed second, the third gone.
+    changed = doc("a", ["alpha one", "alpha TWO changed"], metadata={"Tags": "<x>"})
+    changed.chunks[0].embedding = None
+    index.write_batch([changed], delete_doc_ids=["b"])
+    assert counts(index) == {"rag_documents": 1, "rag_chunks": 2, "rag_doc_tags": 1, "vectors": 2}
+    with index.connection() as conn:
+        after = dict(conn.execute("SELECT chunk_id, embedding::text FROM rag_chunks WHERE doc_id = 'a'").fetchall())
+    assert after["a#0"] == before["a#0"] and after["a#1"] != before["a#1"]
+    assert index.source_counts() == {1: {"docs": 1, "chunks": 2}, 2: {"docs": 0, "chunks": 0}}
+    with pytest.raises(ValueError, match="needs an embedding"):
+        index.write_batch([doc("c", ["new text"], embed=False)])
+
+
+def test_a_failing_batch_writes_nothing(index: PgRagIndex) -> None:
+    def crash(db: object) -> None:
+        raise RuntimeError("killed between the chunks and the cursor")
+
+    with pytest.raises(RuntimeError):
+        index.write_batch([doc("a", ["alpha"])], in_transaction=crash)
+    assert counts(index)["rag_chunks"] == 0
+
+
+def test_model_mismatch_is_refused(index: PgRagIndex, pgvector_db: str) -> None:
+    with pytest.raises(ConfigError, match="rebuild the index"):
+        PgRagIndex.open(pgvector_db, embedding_model_id="another-model", dim=EMBEDDER.dim)
+
+
+def test_filtered_vector_search_fills_k_and_says_when_short(index: PgRagIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 600 chunks in source 1, 12 in source 3: a filter admitting 2 % of the index.
+    index.upsert_source(3, "src3")
+    docs = [doc(f"d{i}", [f"common words number {i}"]) for i in range(600)]
+    docs += [doc(f"r{i}", [f"rare document {i}"], source_id=3) for i in range(12)]
+    index.write_batch(docs)
+    query = EMBEDDER.embed(["common words number 7"])[0]
+    with index.connection() as conn:
+        plain = index.nearest(conn, query, 10)
+        assert len(plain.rows) == 10 and not plain.short
+        assert plain.rows[0][0] == hit_rowid(conn, "d7#0") and plain.rows[0][1] < 1e-3
+        filtered = index.nearest(conn, query, 10, where="c.source_id IN (?)", params=(3,))
+        assert len(filtered.rows) == 10 and not filtered.short
+        assert {hit_rows(conn, [r])[r][3] for r, _ in filtered.rows} == {3}
+        fewer = index.nearest(conn, query, 20, where="c.source_id IN (?)", params=(3,))
+        assert len(fewer.rows) == 12 and not fewer.short  # only 12 exist: not "short"
+        # A scan budget below what the filter needs: pgvector stops early, and nearest says so.
+        monkeypatch.setattr(pg_index, "HNSW_EF_SEARCH_MIN", 10)  # a first pass of 40 of the 612 nodes
+        conn.execute("SET LOCAL hnsw.max_scan_tuples = 30")
+        conn.execute("SET LOCAL enable_sort = off")  # a table this small would be sorted exactly instead
+        cut = index.nearest(conn, query, 12, where="c.source_id IN (?)", params=(3,))
+        assert len(cut.rows) < 12 and cut.short
+
+
+def hit_rowid(conn: psycopg.Connection, chunk_id: str) -> int:
+    return conn.execute("SELECT chunk_rowid FROM rag_chunks WHERE chunk_id = %s", (chunk_id,)).fetchone()[0]
+
+
+def test_keyword_search_ranks_stems_and_marks(index: PgRagIndex) -> None:
+    index.write_batch(
+        [
+            doc("a", ["the wings of aircraft are tested in wind tunnels"]),
+            doc("b", ["boundary layer theory for a wing"]),
+            doc("c", ["nothing relevant here"]),
+        ]
+    )
+    match = fts.build_match("wing tunnel")
+    with index.connection() as conn:
+        ranked = fts_ranked(conn, match, index.term_stats, limit=10)
+        assert [hit_rows(conn, [r])[r][2] for r, _ in ranked] == ["a", "b"]  # both words beat one; "wings" stems to wing
+        assert all(raw < 0 for _, raw in ranked)
+        marked = fts_snippets(conn, match, [r for r, _ in ranked], tokens=8, open_mark="<mark>", close_mark="</mark>")
+        assert "<mark>wings</mark>" in marked[ranked[0][0]]
+        both = fts_ranked(conn, match.all_terms(), index.term_stats, limit=10)
+        assert [hit_rows(conn, [r])[r][2] for r, _ in both] == ["a"]
+        only_source_2 = fts_ranked(conn, match, index.term_stats, where="c.source_id IN (?)", params=(2,), limit=10)
+        assert only_source_2 == []
+
+
+def test_postgresql_restart_fails_unavailable_then_recovers(index: PgRagIndex, pgvector_server) -> None:
+    index.write_batch([doc("a", ["alpha"])])
+    pgvector_server.stop()
+    try:
+        with pytest.raises(Unavailable):
+            index.source_counts()
+    finally:
+        pgvector_server.start()
+    assert index.source_counts()[1] == {"docs": 1, "chunks": 1}  # the same index object, no reopen
+    with index.connection() as conn:
+        assert len(index.nearest(conn, np.asarray(EMBEDDER.embed(["alpha"])[0]), 3).rows) == 1
+
+
+def test_one_sync_per_source_across_instances(index: PgRagIndex) -> None:
+    first, second = index.source_lock(7), index.source_lock(7)
+    assert first.acquire("job-1@gw1")
+    try:
+        assert not second.acquire("job-2@gw2")
+        assert second.holder() == "job-1@gw1"
+        other = index.source_lock(8)
+        assert other.acquire("job-3@gw2")  # another source is free
+        other.release()
+    finally:
+        first.release()
+    assert second.acquire("job-2@gw2")
+    second.release()
+
+
+def test_state_statements_take_sqlite_placeholders(index: PgRagIndex) -> None:
+    index.run(lambda db: db.execute("INSERT INTO rag_sync_state (source_id, cursor_json) VALUES (?, ?)", (1, '{"pk": 5}')))
+    assert index.query("SELECT cursor_json FROM rag_sync_state WHERE source_id = ?", (1,)) == [{"cursor_json": '{"pk": 5}'}]
+    index.write_batch([doc(f"d{i}", [f"text {i}"]) for i in range(7)])
+    assert sorted(d for part in index.iter_doc_ids(1, batch=3) for d in part) == sorted(f"d{i}" for i in range(7))
