@@ -41,6 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 import orjson  # noqa: E402
+from report import emit  # noqa: E402
 
 from backends.result_cache.embedded import EmbeddedStore  # noqa: E402
 from backends.result_cache.redis_store import RedisStore  # noqa: E402
@@ -218,11 +219,7 @@ def main() -> None:
             "copies_per_result": {"memory (W workers)": "W", "sqlite": 1, "redis": 1},
         },
     }
-    text = json.dumps(output, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(output, args.json)
 
 
 if __name__ == "__main__":

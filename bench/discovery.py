@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import psycopg  # noqa: E402
 import pymysql  # noqa: E402
+from report import emit  # noqa: E402
 
 from gateway.assembly import open_store  # noqa: E402
 from handlers.query import QueryHandler  # noqa: E402
@@ -281,11 +282,7 @@ def main() -> int:
             cur.execute(f"DROP DATABASE IF EXISTS `{wide_db}`")
         conn.close()
         tmp.cleanup()
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(report, args.json)
     return 0
 
 

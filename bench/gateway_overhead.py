@@ -57,6 +57,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from lean_client import PROTOCOL_VERSION, Endpoint, check_answer, process_group_cpu_s, read_response, request_bytes  # noqa: E402
+from report import emit  # noqa: E402
 from server_process import free_port, start_gateway  # noqa: E402
 
 TOOL_VARIABLE = "mcp-timeout_ms"
@@ -323,11 +324,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per level; the median is reported")
     args = parser.parse_args()
     report = run(args)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(report, args.json)
 
 
 if __name__ == "__main__":

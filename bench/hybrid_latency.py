@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from report import emit
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
@@ -109,11 +111,7 @@ def main() -> None:
         case: {m: round(report["this"][case][m] / report["baseline"][case][m], 3) for m in ("p50_ms", "p95_ms", "cpu_p50_ms")}
         for case in report["this"]
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(report, args.json)
 
 
 if __name__ == "__main__":

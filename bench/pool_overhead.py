@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import sqlite3
 import statistics
@@ -33,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 import psycopg  # noqa: E402
+from report import emit  # noqa: E402
 
 from backends.connect import connect_mysql, connect_sqlite, pg_kwargs  # noqa: E402
 from backends.pools import TargetPools  # noqa: E402
@@ -85,11 +85,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="mcpgw-bench-") as tmp_dir:
         result = measure(Path(tmp_dir), args.calls)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(result, args.json)
 
 
 def measure(tmp: Path, calls: int) -> dict[str, Any]:

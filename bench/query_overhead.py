@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 import psycopg  # noqa: E402
 import pymysql  # noqa: E402
 from lean_client import Endpoint, run_http, run_threads, summary, tool_call  # noqa: E402
+from report import emit  # noqa: E402
 
 from backends.readonly import check_readonly  # noqa: E402
 from backends.rules import RuleHits  # noqa: E402
@@ -467,11 +468,7 @@ def main() -> None:
             store.close()
         drop_databases(name)
         shutil.rmtree(tmp, ignore_errors=True)
-    text = json.dumps(output, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(output, args.json)
 
 
 if __name__ == "__main__":

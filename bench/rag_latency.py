@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from rag_synth import SOURCES, Corpus  # noqa: E402
+from report import emit  # noqa: E402
 
 from gateway.sqlite import connect, transaction  # noqa: E402
 from handlers.rag.vector_store import VectorIndex, read_vectors, sql_filter  # noqa: E402
@@ -392,11 +393,7 @@ def main() -> None:
         if "tools" in result:
             result["postgresql_vs_sqlite"] = side_by_side(result["tools"], result["postgresql"]["tools"])
     result["memory"]["peak_rss_mb"] = rss_mb()["peak_rss_mb"]
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from report import emit  # noqa: E402
+
 from gateway.runtime import build_runtime  # noqa: E402
 from gateway.services import Services  # noqa: E402
 from gateway.tools import CallContext  # noqa: E402
@@ -419,11 +421,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     report = asyncio.run(run(args))
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(report, args.json)
 
 
 if __name__ == "__main__":

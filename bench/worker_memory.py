@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from report import emit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERIES = (
@@ -167,11 +168,7 @@ def main() -> None:
             "sync_peak_this_over_baseline": round(this["sync_peak_rss_mb"] / base["sync_peak_rss_mb"], 3),
         }
     report["load_average_1m_end"] = round(os.getloadavg()[0], 2)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(report, args.json)
 
 
 if __name__ == "__main__":

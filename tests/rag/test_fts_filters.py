@@ -13,7 +13,7 @@ from handlers.rag import ann_filter, fts
 from handlers.rag.filters import FilterSQL, build_filter
 from handlers.rag.index import RagIndex
 from handlers.rag.models import Filters
-from tests.rag.test_index import EMBEDDER, doc
+from tests.rag.records import EMBEDDER, doc
 
 WORDS = ["river", "stone", "garden", "window", "lamp", "cloud", "bridge", "letter"]
 
