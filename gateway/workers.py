@@ -75,7 +75,10 @@ def _wait(store: ConfigStore, column: str, target: int, timeout_s: float) -> tup
         time.sleep(POLL_S)
 
 
-def wait_applied(store: ConfigStore, version: int, *, timeout_s: float) -> tuple[int, int]:
+LOAD_WAIT_S = 2.0  # how long a change waits for every worker to serve it before it answers anyway
+
+
+def wait_applied(store: ConfigStore, version: int, *, timeout_s: float = LOAD_WAIT_S) -> tuple[int, int]:
     """Wait until every live worker serves `version` or later, at most `timeout_s`.
     Returns (workers serving it, workers alive)."""
     return _wait(store, "version", version, timeout_s)

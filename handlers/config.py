@@ -9,7 +9,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import Field
 
-from gateway import __version__, audit
+from gateway import __version__, audit, workers
 from gateway.errors import GatewayError, NotFound
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
@@ -44,6 +44,10 @@ class SetConfigOut(ToolOutput):
     saved: bool = Field(description="True: written to disk as well.")
     restart_required: bool
     runtime_version: int
+    workers_applied: int = Field(
+        description="Workers serving runtime_version when the call answered (it waits up to 2 s for all)."
+    )
+    workers: int = Field(description="Workers alive.")
 
 
 class ListVariablesIn(ToolInput):
@@ -160,6 +164,9 @@ class ConfigHandler(ToolHandler):
             if args.save:
                 store.save_to_disk("MCP VARIABLES")
             entry.after = {"value": shown, "runtime_version": version, "saved": args.save}
+        # Answer once every worker serves it (as the admin endpoint's LOAD does), so the caller's next
+        # call, on whichever worker, sees the new value.
+        applied, alive = workers.wait_applied(store, version)
         return SetConfigOut(
             variable_name=args.variable_name,
             value=decl.display(args.value),
@@ -167,6 +174,8 @@ class ConfigHandler(ToolHandler):
             saved=args.save,
             restart_required=decl.restart_required,
             runtime_version=version,
+            workers_applied=applied,
+            workers=alive,
         )
 
     @tool("list_variables", title="List variables", read_only=True)

@@ -119,7 +119,9 @@ def test_both_rotated_tokens_open_config_only(gateway: GatewayProcess) -> None:
 
 def test_query_token_when_enabled_then_disabled_again(gateway: GatewayProcess) -> None:
     with _fresh(gateway) as http:
-        call_tool(http, gateway, "config", "set_config", {"variable_name": "mcp-allow_query_token", "value": "true"})
+        set_ = call_tool(http, gateway, "config", "set_config", {"variable_name": "mcp-allow_query_token", "value": "true"})
+    # set_config answers once every worker serves the change: no call after it may see the old value
+    assert set_["structuredContent"]["workers_applied"] == set_["structuredContent"]["workers"] == 2, set_
     try:
         # every worker must take the change: several fresh connections in a row must all pass
         def all_pass() -> bool:

@@ -1,6 +1,6 @@
 """The layer verbs as tools: load to runtime, save to disk, load from disk, compare layers.
 
-A LOAD answers once every worker serves the new runtime (at most LOAD_WAIT_S; the answer
+A LOAD answers once every worker serves the new runtime (at most gateway.workers.LOAD_WAIT_S; the answer
 says how many do), so a client told "loaded" can rely on any worker it reaches.
 """
 
@@ -16,7 +16,6 @@ from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.admin import rows
 from handlers.admin.base import AdminBase
 
-LOAD_WAIT_S = 2.0
 MODULE_HELP = "MCP VARIABLES, MCP PROFILES, MCP QUERY RULES or RAG SOURCES (or variables, profiles, rules, sources)."
 RELOAD_TARGETS = {"variables": "MCP VARIABLES", "profiles": "MCP PROFILES", "rules": "MCP QUERY RULES", "sources": "RAG SOURCES"}
 
@@ -103,7 +102,7 @@ class LayerTools(AdminBase):
         store = self.store
         changed = _changes(diff_rows(store, module), "memory_vs_runtime")
         version = store.load_to_runtime(module.name)  # validates first: a ConfigError changes nothing
-        applied, alive = workers.wait_applied(store, version, timeout_s=LOAD_WAIT_S)
+        applied, alive = workers.wait_applied(store, version)
         return LayerOut(
             module=module.name,
             action="load_to_runtime",

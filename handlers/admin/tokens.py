@@ -19,7 +19,6 @@ from gateway.errors import InvalidArgument, LimitExceeded, NotFound
 from gateway.store import ConfigStore
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.admin.base import AdminBase
-from handlers.admin.layers import LOAD_WAIT_S
 
 MAX_TOKENS_PER_ENDPOINT = 8
 ENDPOINT_HELP = "An endpoint name: config, query, admin, ... (each has its mcp-<endpoint>_endpoint_auth)."
@@ -95,7 +94,7 @@ class TokenTools(AdminBase):
         store.set_variable(name, value)
         store.set_variable(name, value, layer="disk")
         version = store.load_to_runtime("MCP VARIABLES")
-        return workers.wait_applied(store, version, timeout_s=LOAD_WAIT_S)
+        return workers.wait_applied(store, version)
 
     @tool("admin.rotate_token", title="Add a fresh token", read_only=False)
     def rotate_token(self, args: RotateIn, ctx: CallContext) -> RotateOut:
