@@ -30,6 +30,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,13 +127,27 @@ def build(out_dir: Path, corpus: Corpus, *, docs_per_txn: int) -> dict[str, Any]
 
 def load_sqlite(db: Path, corpus: Corpus, *, docs_per_txn: int) -> float:
     """Every chunk into rag.db through RagIndex.write_batch (FTS by its triggers, vectors by write_vectors)."""
-    from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex
+    from handlers.rag.index import RagIndex
 
     index = RagIndex.open(db, embedding_model_id=MODEL_ID, dim=corpus.dim)
     for source_id, (name, _) in enumerate(SOURCES, start=1):
         index.upsert_source(source_id, name, backend_type="sqlite")
     started = time.perf_counter()
     made = 0
+    for records, n_vectors in document_batches(corpus):
+        for start in range(0, len(records), docs_per_txn):
+            index.write_batch(records[start : start + docs_per_txn])
+        made += n_vectors
+        log(f"SQLite load: {made}/{corpus.n_chunks} chunks ({made / (time.perf_counter() - started):.0f}/s)")
+    index.close()
+    return round(time.perf_counter() - started, 1)
+
+
+def document_batches(corpus: Corpus) -> Iterator[tuple[list[Any], int]]:
+    """The synthetic corpus as the index's write records, a batch of documents at a time, with
+    the number of vectors (chunks) in each batch. Both backends' builds load these."""
+    from handlers.rag.index import ChunkRecord, DocumentRecord
+
     for docs, vectors in corpus.documents():
         records, at = [], 0
         for doc in docs:
@@ -150,11 +165,10 @@ def load_sqlite(db: Path, corpus: Corpus, *, docs_per_txn: int) -> float:
                     )
                 )
                 at += 1
-            source_id = doc.source_index + 1
             records.append(
                 DocumentRecord(
                     doc.doc_id,
-                    source_id,
+                    doc.source_index + 1,
                     SOURCES[doc.source_index][0],
                     {"id": doc.doc_id},
                     doc.title,
@@ -164,12 +178,7 @@ def load_sqlite(db: Path, corpus: Corpus, *, docs_per_txn: int) -> float:
                     chunks,
                 )
             )
-        for start in range(0, len(records), docs_per_txn):
-            index.write_batch(records[start : start + docs_per_txn])
-        made += len(vectors)
-        log(f"SQLite load: {made}/{corpus.n_chunks} chunks ({made / (time.perf_counter() - started):.0f}/s)")
-    index.close()
-    return round(time.perf_counter() - started, 1)
+        yield records, len(vectors)
 
 
 def build_vec0_baseline(conn: Any, path: Path, dim: int) -> None:

@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from rag_latency import log
+from rag_latency import document_batches, log
 from rag_synth import SOURCES, Corpus
 
-from handlers.rag.index import ChunkRecord, DocumentRecord
 from handlers.rag.pg_index import INDEX_TABLES, PgRagIndex, schema_ddl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -57,39 +56,10 @@ def load_postgres(dsn: str, corpus: Corpus, *, model_id: str, docs_per_txn: int)
         conn.execute("DROP INDEX IF EXISTS rag_chunks_embedding")
     started = time.perf_counter()
     made = 0
-    for docs, vectors in corpus.documents():
-        records, at = [], 0
-        for doc in docs:
-            chunks = []
-            for chunk in doc.chunks:
-                chunks.append(
-                    ChunkRecord(
-                        f"{doc.doc_id}#{chunk.chunk_index}",
-                        chunk.chunk_index,
-                        chunk.title,
-                        chunk.body,
-                        {},
-                        f"h{chunk.rowid_hint}",
-                        vectors[at],
-                    )
-                )
-                at += 1
-            records.append(
-                DocumentRecord(
-                    doc.doc_id,
-                    doc.source_index + 1,
-                    SOURCES[doc.source_index][0],
-                    {"id": doc.doc_id},
-                    doc.title,
-                    "",
-                    doc.metadata,
-                    None,
-                    chunks,
-                )
-            )
+    for records, n_vectors in document_batches(corpus):
         for start in range(0, len(records), docs_per_txn):
             index.write_batch(records[start : start + docs_per_txn])
-        made += len(vectors)
+        made += n_vectors
         log(f"PostgreSQL load: {made}/{corpus.n_chunks} chunks ({made / (time.perf_counter() - started):.0f}/s)")
     load_s = time.perf_counter() - started
     started = time.perf_counter()
