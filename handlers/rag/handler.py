@@ -35,6 +35,7 @@ from handlers.rag.ingest.demo import start_demo_in_background
 from handlers.rag.ingest.reconcile import apply_source_changes, source_states
 from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
 from handlers.rag.ingest.tools import SyncTools
+from handlers.rag.job_liveness import this_member
 from handlers.rag.limits import Call, fit_to_bytes, ids_not_found
 from handlers.rag.metrics import RagIndexCollector
 from handlers.rag.models import (
@@ -111,7 +112,8 @@ class RagHandler(SyncTools, FetchTools):
         super().__init__(services)
         self._closing = threading.Event()  # stops a purge of removed sources and the follower at shutdown
         self._follower: threading.Thread | None = None
-        self.build_watch = BuildWatch(self._local_job_status)  # search results say when the index is building
+        # search results say when the index is building
+        self.build_watch = BuildWatch(self._local_job_status, member=lambda: this_member(self.services.runtime.variables))
 
     def _local_job_status(self, job_id: str) -> dict[str, Any] | None:
         job = self.jobs.jobs.get(job_id) if self.jobs is not None else None
@@ -134,8 +136,9 @@ class RagHandler(SyncTools, FetchTools):
 
     @classmethod
     def scrape_collectors(cls, data_dir: Path, runtime: Callable[[], Any]) -> list[Any]:
-        """The index's size and sync state, read from rag.db at each scrape (handlers/rag/metrics.py)."""
-        return [RagIndexCollector(Path(data_dir) / "rag.db", runtime)]
+        """The index's size and sync state, read from the index (rag.db or PostgreSQL, as rag-backend
+        says) when /metrics is scraped (handlers/rag/metrics.py)."""
+        return [RagIndexCollector(Path(data_dir), runtime)]
 
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:
