@@ -126,6 +126,12 @@ def test_metrics_of_either_instance_show_the_postgresql_index_after_a_sync(pair:
     assert job["state"] == "ok", json.dumps(job)
     stored = per_source(pair.rag_dsn, 1)
     assert stored["docs"] == 60 and stored["chunks"] >= 60
+    # The source rows behind indexed documents, through the instance that did not sync them.
+    fetched = call_tool(
+        pair.clients["a"], pair.a, "rag", "rag.fetch_from_source", {"doc_ids": ["posts:5", "posts:999"], "columns": ["title"]}
+    )["structuredContent"]
+    assert fetched["rows"] == [{"doc_id": "posts:5", "source_name": "posts", "row": {"title": f"{TOPICS[0]} question 5"}}]
+    assert [(e["doc_id"], e["code"]) for e in fetched["errors"]] == [("posts:999", "NOT_FOUND")]
 
     for gateway, client in ((pair.a, pair.clients["a"]), (pair.b, pair.clients["b"])):
 
