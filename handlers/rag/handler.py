@@ -52,6 +52,7 @@ from handlers.rag.models import (
     SearchVectorIn,
     Stats,
 )
+from handlers.rag.pg_index import PgRagIndex
 from handlers.rag.storage import Reader, reading
 
 _ENVELOPE_BYTES = 512  # room for `truncated`, `stats` and the keys around the result list
@@ -103,7 +104,7 @@ class RagHandler(SyncTools, FetchTools):
     )
     config_modules: ClassVar[tuple[ConfigModule, ...]] = (RAG_SOURCES_MODULE,)
 
-    index: RagIndex | None = None
+    index: RagIndex | PgRagIndex | None = None
     # Hybrid searches embed their query here while their own thread runs the keyword half: the
     # ONNX model and SQLite both release the GIL, so on two cores the two halves overlap.
     _embedding_thread: ThreadPoolExecutor | None = None

@@ -40,6 +40,7 @@ from handlers.rag.ingest.progress import SourceProgress
 from handlers.rag.ingest.sources_config import SourceSpec, runtime_sources
 from handlers.rag.ingest.sync import SourceSync, SyncOptions
 from handlers.rag.job_liveness import live_job_ids, this_member
+from handlers.rag.pg_index import PgRagIndex
 from handlers.rag.source_lock import SourceLock
 
 log = logging.getLogger("mcp_gateway.rag.ingest")
@@ -87,7 +88,7 @@ class JobManager:
         self,
         *,
         data_dir: Path,
-        index: RagIndex,
+        index: RagIndex | PgRagIndex,
         embedder: Any,
         runtime: Callable[[], Runtime],
         make_embedder: Callable[[dict[str, Any]], Any] | None = None,
