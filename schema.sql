@@ -376,6 +376,7 @@ CREATE TABLE IF NOT EXISTS rag_sync_jobs (
     source_names  TEXT NOT NULL DEFAULT '[]',   -- JSON list
     state         TEXT NOT NULL,                -- queued|running|ok|failed
     pid           INTEGER NOT NULL DEFAULT 0,
+    member_id     TEXT NOT NULL DEFAULT '',     -- the instance running it (added to older rag.db on open)
     created_at    REAL NOT NULL,
     started_at    REAL,
     finished_at   REAL,

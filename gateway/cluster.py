@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -44,6 +44,8 @@ POLL_S = 1.0  # the fallback when a notification is lost
 HEARTBEAT_S = 1.0
 STALE_AFTER_S = 5.0  # a member not heard from for this long is reported as lagging
 CONNECT_TIMEOUT_S = 3
+STATUS_CONNECT_TIMEOUT_S = 2  # get_status: libpq's minimum connect_timeout
+STATUS_STATEMENT_TIMEOUT_MS = 2000
 JOIN_LOCK_KEY = 0x6D63_7067_6A6F_696E  # pg_advisory_lock key serialising instances joining the cluster
 
 Rows = dict[str, list[dict[str, Any]]]
@@ -63,6 +65,23 @@ def member_id(variables: dict[str, str]) -> str:
     return variables.get("mcp-cluster_member_name") or f"{socket.gethostname()}:{port}"
 
 
+@dataclass
+class Contact:
+    """What this process last knew of the cluster database: get_status answers from it while the
+    database is unreachable, without waiting on a connection attempt the follower already failed."""
+
+    reached_at: float | None = None  # unix time of the last round trip that worked
+    versions: dict[str, int] = field(default_factory=dict)  # the modules' published versions then
+    lost: bool = False  # the follower's connection is down (it retries with a backoff of at most 2 s)
+    error: str = ""  # why, without the DSN
+
+    def reached(self, versions: dict[str, int]) -> None:
+        self.reached_at, self.versions, self.lost, self.error = time.time(), dict(versions), False, ""
+
+    def lose(self, error: str) -> None:
+        self.lost, self.error = True, error
+
+
 class ClusterLink:
     """Short-lived connections for the rare writes and reads; PostgreSQL errors become UNAVAILABLE."""
 
@@ -70,18 +89,23 @@ class ClusterLink:
         self.dsn = dsn
         self.member_id = member_id
         self._schema_ready = False
+        self.contact = Contact()
 
     @contextlib.contextmanager
-    def connect(self, *, autocommit: bool = False) -> Iterator[psycopg.Connection]:
+    def connect(self, *, autocommit: bool = False, bounded: bool = False) -> Iterator[psycopg.Connection]:
+        """`bounded`: a read that must answer soon (get_status): a shorter connect timeout, and a
+        statement timeout."""
+        extra = {"options": f"-c statement_timeout={STATUS_STATEMENT_TIMEOUT_MS}"} if bounded else {}
+        timeout = STATUS_CONNECT_TIMEOUT_S if bounded else CONNECT_TIMEOUT_S
         try:
             with psycopg.connect(
-                self.dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S, application_name="mcp-gateway"
+                self.dsn, autocommit=autocommit, connect_timeout=timeout, application_name="mcp-gateway", **extra
             ) as conn:
                 if not self._schema_ready:
                     ensure_schema(conn)
                     self._schema_ready = True
                 yield conn
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             # The driver's text may name the host and user; the DSN's password never reaches it.
             raise Unavailable(f"the cluster database is unreachable ({type(exc).__name__})") from exc
 
@@ -131,13 +155,18 @@ class ClusterLink:
         return None if row is None else row[0]
 
     def status(self) -> dict[str, Any]:
-        """The cluster as get_status shows it: module versions, members, and which of them lag."""
-        with self.connect(autocommit=True) as conn:
-            versions = module_versions(conn)
-            members = conn.execute(
-                "SELECT member_id, host, port, pid, versions, extract(epoch FROM now() - last_seen)::float8, "
-                "extract(epoch FROM started_at)::float8 FROM mcp_cluster_members ORDER BY member_id"
-            ).fetchall()
+        """The cluster as get_status shows it: module versions, members, and which of them lag.
+        Bounded (a few seconds at most); UNAVAILABLE when the database cannot answer."""
+        try:
+            with self.connect(autocommit=True, bounded=True) as conn:
+                versions = module_versions(conn)
+                members = conn.execute(
+                    "SELECT member_id, host, port, pid, versions, extract(epoch FROM now() - last_seen)::float8, "
+                    "extract(epoch FROM started_at)::float8 FROM mcp_cluster_members ORDER BY member_id"
+                ).fetchall()
+        except psycopg.Error as exc:  # a statement timeout, a shutdown in progress: the same answer
+            raise Unavailable(f"the cluster database did not answer ({type(exc).__name__})") from exc
+        self.contact.reached(versions)
         shown = []
         for member_id, host, port, pid, served, silent_s, started_at in members:
             behind = sorted(m for m, v in versions.items() if int(served.get(m, 0)) < v)
@@ -156,10 +185,25 @@ class ClusterLink:
                 }
             )
         return {
+            "reachable": True,
             "member_id": self.member_id,
             "versions": versions,
+            "versions_as_of": self.contact.reached_at,
             "members": shown,
             "laggards": [m["member_id"] for m in shown if m["lagging"]],
+        }
+
+    def unreachable_status(self, error: str) -> dict[str, Any]:
+        """get_status while the database cannot be reached: the versions last seen published and
+        when, the members unknown (None)."""
+        return {
+            "reachable": False,
+            "member_id": self.member_id,
+            "error": error,
+            "versions": dict(self.contact.versions) if self.contact.reached_at is not None else None,
+            "versions_as_of": self.contact.reached_at,
+            "members": None,
+            "laggards": None,
         }
 
 
@@ -224,6 +268,7 @@ class ClusterFollower:
                 if self.connected:
                     log.warning("cluster database connection lost (%s); retrying", type(exc).__name__)
                 self.connected = False
+                self.link.contact.lose(f"the cluster database is unreachable ({type(exc).__name__})")
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
 
@@ -250,11 +295,13 @@ class ClusterFollower:
 
     def _catch_up(self, conn: psycopg.Connection) -> None:
         served = self.applied()
-        for module, version in module_versions(conn).items():
+        published = module_versions(conn)
+        for module, version in published.items():
             if version > served.get(module, 0):
                 fetched = fetch_module(conn, module)
                 if fetched is not None and self.apply(fetched):
                     log.info("cluster: %s version %s applied", module, fetched.version)
+        self.link.contact.reached(published)
 
     def _heartbeat(self, conn: psycopg.Connection) -> None:
         conn.execute(

@@ -11,7 +11,7 @@ never through handlers.rag's modules.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -21,7 +21,6 @@ from gateway.store import ConfigStore
 from gateway.tokens import TokenUse
 
 if TYPE_CHECKING:
-    import apsw
     import numpy as np
 
     from backends.pools import TargetPools
@@ -44,19 +43,28 @@ class Embedder(Protocol):
         ...
 
 
+@runtime_checkable
 class SearchIndex(Protocol):
-    """The retrieval index (handlers/rag/index.py RagIndex), as far as other endpoints see it."""
+    """The retrieval index as far as other endpoints see it: what both backends implement,
+    handlers/rag/index.py RagIndex (rag.db) and handlers/rag/pg_index.py PgRagIndex (PostgreSQL).
+    Nothing engine-specific (a path, a connection): an endpoint reads the index through these."""
 
-    path: Path
     embedding_model_id: str
     dim: int
 
-    @property
-    def conn(self) -> apsw.Connection:
-        """This thread's read connection to rag.db."""
+    def meta(self) -> dict[str, str]:
+        """schema_version, embedding_model, embedding_dim, ... of the index."""
         ...
 
-    def meta(self) -> dict[str, str]: ...
+    def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one plain read written with `?` placeholders, in SQL both engines read alike."""
+        ...
+
+    def totals(self) -> dict[str, int]:
+        """{docs, chunks, vectors} in the whole index."""
+        ...
+
+    def size_bytes(self) -> int: ...
 
 
 class SyncJobs(Protocol):

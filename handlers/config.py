@@ -13,6 +13,10 @@ from gateway import __version__, audit, workers
 from gateway.errors import GatewayError, NotFound
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
+# get_status waits at most this long on the cluster database (its connect timeout is 2 s, its
+# statement timeout 2 s), then answers with what this process last knew of the cluster.
+CLUSTER_STATUS_WAIT_S = 3.0
+
 
 class GetConfigIn(ToolInput):
     variable_name: str = Field(description="Variable name, e.g. mcp-timeout_ms.")
@@ -100,8 +104,11 @@ class StatusOut(ToolOutput):
     totals_age_s: float = Field(description="How old the totals are, in seconds.")
     cluster: dict[str, Any] | None = Field(
         None,
-        description="With mcp-cluster_dsn: this member_id, the published version of each module, every member "
-        "(versions it serves, seconds since it was last seen, modules it is behind on) and the laggards.",
+        description="With mcp-cluster_dsn: reachable, this member_id, the published version of each module "
+        "(versions, as of versions_as_of), every member (versions it serves, seconds since it was last seen, "
+        "modules it is behind on), the laggards, and `serving`: the versions this instance serves. While the "
+        "cluster database is unreachable (reachable=false, error): the versions last seen and when, members "
+        "and laggards null (unknown); this instance keeps serving its last runtime meanwhile.",
     )
 
 
@@ -245,14 +252,30 @@ class ConfigHandler(ToolHandler):
             active_requests=totals["inflight"],
             totals_as_of=round(taken_at, 3),
             totals_age_s=round(max(0.0, time.time() - taken_at), 3),
-            cluster=await anyio.to_thread.run_sync(self._cluster_status),
+            cluster=await self._cluster_status(),
         )
 
-    def _cluster_status(self) -> dict[str, Any] | None:
-        link = self.services.store.cluster
+    async def _cluster_status(self) -> dict[str, Any] | None:
+        """The cluster's view, never waiting more than CLUSTER_STATUS_WAIT_S on its database."""
+        store = self.services.store
+        link = store.cluster
         if link is None:
             return None
+        if link.contact.lost:  # this worker's follower cannot reach it now: no attempt to wait on
+            view = link.unreachable_status(link.contact.error)
+        else:
+            view = None
+            with anyio.move_on_after(CLUSTER_STATUS_WAIT_S):
+                # Abandoned, not waited for, past the bound (its own timeouts end it soon after).
+                view = await anyio.to_thread.run_sync(self._cluster_view, link, abandon_on_cancel=True)
+            if view is None:
+                view = link.unreachable_status(f"the cluster database did not answer within {CLUSTER_STATUS_WAIT_S:g} s")
+        view["serving"] = await anyio.to_thread.run_sync(store.cluster_versions)  # config.db: always at hand
+        return view
+
+    @staticmethod
+    def _cluster_view(link: Any) -> dict[str, Any]:
         try:
-            return {"reachable": True, **link.status()}
+            return link.status()
         except GatewayError as exc:  # the cluster database is down: say so, the rest of the status stands
-            return {"reachable": False, "member_id": link.member_id, "error": exc.message}
+            return link.unreachable_status(exc.message)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,9 +114,12 @@ def start_gateway(
     ca_path: Path | None = None,
     startup_timeout_s: float = 45.0,
     host: str = "127.0.0.1",
+    command_prefix: Sequence[str] = (),
 ) -> Iterator[GatewayProcess]:
     """Run a gateway until the block ends. `tokens` values may be comma-separated lists (rotation).
-    `host` is the bind address (--host); the test talks to it on 127.0.0.1 either way."""
+    `host` is the bind address (--host); the test talks to it on 127.0.0.1 either way.
+    `command_prefix` runs it under another command (e.g. `unshare --pid`: a host of its own, as
+    far as process ids go)."""
     token_lists = dict(tokens) if tokens is not None else default_tokens()
     with tempfile.TemporaryDirectory(prefix="mcpgw-test-") as tmp:
         data_dir = Path(tmp) / "data"
@@ -132,7 +135,7 @@ def start_gateway(
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
         with open(log_path, "wb") as log_file:
             process = subprocess.Popen(
-                gateway_command(data_dir, config_path, port, workers=workers, host=host),
+                [*command_prefix, *gateway_command(data_dir, config_path, port, workers=workers, host=host)],
                 cwd=tmp,
                 env=env,
                 stdout=log_file,

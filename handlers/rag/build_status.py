@@ -2,7 +2,7 @@
 
 A sync job (rag.admin.sync, `mcp-gateway rag sync`, the demo corpus built on first start) in any
 process records its progress in the index's rag_sync_jobs (rag.db or PostgreSQL). `BuildWatch.note()` sums the live ones
-(state queued or running, process alive) into an `IndexBuild` that search results carry as
+(state queued or running, and alive: handlers/rag/job_liveness.py) into an `IndexBuild` that search results carry as
 `index`: documents written so far, of how many rows the sources had to read. A job of this
 process reports its in-memory progress (fresher than the table, which is written per batch).
 The answer is kept for half a second: a search costs one small query at most twice a second.
@@ -16,15 +16,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.pids import pid_alive
+from handlers.rag.job_liveness import live_job_ids
 from handlers.rag.models import IndexBuild
 
 CACHE_S = 0.5
 
 
 class BuildWatch:
-    def __init__(self, job_status: Callable[[str], dict[str, Any] | None]) -> None:
+    def __init__(self, job_status: Callable[[str], dict[str, Any] | None], member: Callable[[], str]) -> None:
         self._job_status = job_status  # this process's view of a job (in memory), or None
+        self._member = member  # this instance's member_id (whose jobs' pids are ours to check)
         self._lock = threading.Lock()
         self._at = -CACHE_S
         self._note: IndexBuild | None = None
@@ -41,10 +42,11 @@ class BuildWatch:
 
     def _read(self, index: Any) -> IndexBuild | None:
         rows = index.query(
-            "SELECT job_id, pid, source_names, progress_json FROM rag_sync_jobs "
+            "SELECT job_id, pid, member_id, source_names, progress_json FROM rag_sync_jobs "
             "WHERE state IN ('queued', 'running') ORDER BY created_at",
         )
-        live = [row for row in rows if pid_alive(int(row["pid"] or 0))]
+        alive = live_job_ids(rows, index, self._member())
+        live = [row for row in rows if row["job_id"] in alive]
         if not live:
             return None
         documents, of, sources = 0, 0, []

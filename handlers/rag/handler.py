@@ -35,6 +35,7 @@ from handlers.rag.ingest.demo import start_demo_in_background
 from handlers.rag.ingest.reconcile import apply_source_changes, source_states
 from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
 from handlers.rag.ingest.tools import SyncTools
+from handlers.rag.job_liveness import this_member
 from handlers.rag.limits import Call, fit_to_bytes, ids_not_found
 from handlers.rag.metrics import RagIndexCollector
 from handlers.rag.models import (
@@ -51,6 +52,7 @@ from handlers.rag.models import (
     SearchVectorIn,
     Stats,
 )
+from handlers.rag.pg_index import PgRagIndex
 from handlers.rag.storage import Reader, reading
 
 _ENVELOPE_BYTES = 512  # room for `truncated`, `stats` and the keys around the result list
@@ -102,7 +104,7 @@ class RagHandler(SyncTools, FetchTools):
     )
     config_modules: ClassVar[tuple[ConfigModule, ...]] = (RAG_SOURCES_MODULE,)
 
-    index: RagIndex | None = None
+    index: RagIndex | PgRagIndex | None = None
     # Hybrid searches embed their query here while their own thread runs the keyword half: the
     # ONNX model and SQLite both release the GIL, so on two cores the two halves overlap.
     _embedding_thread: ThreadPoolExecutor | None = None
@@ -111,7 +113,8 @@ class RagHandler(SyncTools, FetchTools):
         super().__init__(services)
         self._closing = threading.Event()  # stops a purge of removed sources and the follower at shutdown
         self._follower: threading.Thread | None = None
-        self.build_watch = BuildWatch(self._local_job_status)  # search results say when the index is building
+        # search results say when the index is building
+        self.build_watch = BuildWatch(self._local_job_status, member=lambda: this_member(self.services.runtime.variables))
 
     def _local_job_status(self, job_id: str) -> dict[str, Any] | None:
         job = self.jobs.jobs.get(job_id) if self.jobs is not None else None
@@ -134,8 +137,9 @@ class RagHandler(SyncTools, FetchTools):
 
     @classmethod
     def scrape_collectors(cls, data_dir: Path, runtime: Callable[[], Any]) -> list[Any]:
-        """The index's size and sync state, read from rag.db at each scrape (handlers/rag/metrics.py)."""
-        return [RagIndexCollector(Path(data_dir) / "rag.db", runtime)]
+        """The index's size and sync state, read from the index (rag.db or PostgreSQL, as rag-backend
+        says) when /metrics is scraped (handlers/rag/metrics.py)."""
+        return [RagIndexCollector(Path(data_dir), runtime)]
 
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:

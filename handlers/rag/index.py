@@ -148,6 +148,10 @@ class RagIndex:
     def source_lock(self, source_id: int) -> Any:
         return SourceLock(self.path.parent, source_id)
 
+    def held_sync_jobs(self) -> None:
+        """rag.db is on one host: a job's pid tells whether it lives (job_liveness.py)."""
+        return None
+
     def after_sync(self) -> None:
         """The ANN index catches up with the sync now, not in the next search."""
         self.vectors.catch_up(self.conn)
@@ -277,6 +281,19 @@ class RagIndex:
             conn.execute("DELETE FROM rag_chunks WHERE chunk_rowid IN (SELECT value FROM json_each(?))", (to_json(rowids),))
 
 
+# Columns added after version 1 shipped, without a version bump: an older gateway still opens the
+# index (it names its columns in every statement) and ignores them.
+ADDED_COLUMNS = {"rag_sync_jobs": {"member_id": "TEXT NOT NULL DEFAULT ''"}}
+
+
+def _add_missing_columns(conn: apsw.Connection) -> None:
+    for table, columns in ADDED_COLUMNS.items():
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, decl in columns.items():
+            if name not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+
+
 def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int) -> None:
     from handlers.rag import vector_store
 
@@ -291,6 +308,7 @@ def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int)
             for step in range(version, SCHEMA_VERSION):
                 MIGRATIONS[step](conn)
         conn.execute(sqlite.schema_section("rag"))
+        _add_missing_columns(conn)
         meta = {row["key"]: row["value"] for row in sqlite.rows(conn, "SELECT key, value FROM rag_meta")}
         if "embedding_model" in meta and (meta["embedding_model"], meta.get("embedding_dim")) != (embedding_model_id, str(dim)):
             raise ConfigError(

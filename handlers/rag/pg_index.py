@@ -36,7 +36,7 @@ from handlers.rag.index_write import (
     to_json,
 )
 from handlers.rag.pg_fts import TermStats
-from handlers.rag.pg_ingest import PgExec, PgSourceLock, pg_where
+from handlers.rag.pg_ingest import PgExec, PgSourceLock, held_sync_jobs, pg_where
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +256,10 @@ class PgRagIndex:
 
     def source_lock(self, source_id: int) -> PgSourceLock:
         return PgSourceLock(self.dsn, source_id)
+
+    def held_sync_jobs(self) -> set[str]:
+        with self.connection() as conn:
+            return held_sync_jobs(conn)
 
     # -- writing ---------------------------------------------------------------------------
     def write_batch(

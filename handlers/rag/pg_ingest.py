@@ -32,6 +32,23 @@ class PgExec:
         return cur.fetchall() if cur.description else []
 
 
+SYNC_LOCK_PREFIX = "mcp-sync "  # application_name of a session holding sync locks, before its job id
+HELD_SYNC_LOCKS_SQL = (  # the jobs whose sessions hold a sync lock in this database now
+    "SELECT DISTINCT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.classid::bigint = %s AND l.objsubid = 2 AND l.granted"
+    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
+def held_sync_jobs(conn: psycopg.Connection) -> set[str]:
+    """Job ids holding a source's sync lock: alive wherever they run (job_liveness.py)."""
+    return {
+        name.removeprefix(SYNC_LOCK_PREFIX)
+        for (name,) in conn.execute(HELD_SYNC_LOCKS_SQL, (SYNC_LOCK_CLASS,)).fetchall()
+        if name and name.startswith(SYNC_LOCK_PREFIX)
+    }
+
+
 class PgSourceLock:
     """One sync per source across every instance of a cluster: a session advisory lock held on a
     connection of its own for the sync's duration. PostgreSQL releases it when that session ends,
@@ -43,7 +60,9 @@ class PgSourceLock:
 
     def acquire(self, holder: str) -> bool:
         try:
-            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=3, application_name=f"mcp-sync {holder}"[:63])
+            conn = psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=3, application_name=f"{SYNC_LOCK_PREFIX}{holder}"[:63]
+            )
         except psycopg.OperationalError as exc:
             raise Unavailable(f"the RAG index database is unreachable ({type(exc).__name__})") from exc
         if not conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (SYNC_LOCK_CLASS, self.source_id)).fetchone()[0]:
@@ -60,7 +79,7 @@ class PgSourceLock:
                 " WHERE l.locktype = 'advisory' AND l.classid::bigint = %s AND l.objid::bigint = %s AND l.granted",
                 (SYNC_LOCK_CLASS, self.source_id),
             ).fetchone()
-            return row[0].removeprefix("mcp-sync ") if row else ""
+            return row[0].removeprefix(SYNC_LOCK_PREFIX) if row else ""
         return ""
 
     def release(self) -> None:

@@ -1,12 +1,15 @@
-"""rag.fetch_from_source end to end: a real rag.db written through RagIndex, RAG SOURCES and
-MCP PROFILES loaded through the ConfigStore, rows re-read from real MariaDB, PostgreSQL and
-SQLite by primary key."""
+"""rag.fetch_from_source end to end: a real index written through its writer API, on both
+backends (rag.db, and PostgreSQL 18 + pgvector) with the same assertions, RAG SOURCES and MCP
+PROFILES loaded through the ConfigStore, rows re-read from real MariaDB, PostgreSQL and SQLite by
+primary key."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pymysql
@@ -21,6 +24,7 @@ from gateway.variables import all_variables
 from handlers.rag.fetch import FetchTools, fit_row
 from handlers.rag.index import DocumentRecord, RagIndex
 from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
+from handlers.rag.pg_index import PgRagIndex
 from tests.backends.test_pools import free_port
 from tests.query import add_auth, add_target, call, error, insert, ok
 
@@ -36,7 +40,8 @@ def body_map(col: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, mariadb_db: dict, postgres_db: dict) -> Iterator[dict]:
+def configured(tmp_path_factory: pytest.TempPathFactory, mariadb_db: dict, postgres_db: dict) -> Iterator[dict]:
+    """The source tables on three engines, and a config store whose runtime has their targets and RAG sources."""
     conn = pymysql.connect(**mariadb_db, autocommit=True)
     with conn.cursor() as cur:
         cur.execute(
@@ -99,8 +104,24 @@ def env(tmp_path_factory: pytest.TempPathFactory, mariadb_db: dict, postgres_db:
             doc_map_json=doc_map,
         )
     store.load_to_runtime("RAG SOURCES")
+    runtime = store.read_runtime()
+    pools = TargetPools(runtime)
+    yield {"store": store, "runtime": runtime, "pools": pools, "sources": sources, "tmp": tmp}
+    pools.close()
+    store.close()
 
-    index = RagIndex.open(tmp / "rag.db", embedding_model_id="test-model", dim=4)
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def env(request: pytest.FixtureRequest, configured: dict) -> Iterator[dict]:
+    """The documents indexed in rag.db or in PostgreSQL; the handler reads the index it is given."""
+    tmp: Path = configured["tmp"]
+    if request.param == "postgresql":
+        server = request.getfixturevalue("pgvector_server")
+        name = f"mcpgw_fetch_{uuid.uuid4().hex[:8]}"
+        index = PgRagIndex.open(server.create_database(name), embedding_model_id="test-model", dim=4)
+        request.addfinalizer(lambda: server.drop_database(name))
+    else:
+        index = RagIndex.open(tmp / "rag.db", embedding_model_id="test-model", dim=4)
     docs = [
         ("posts:1", 1, "stack_posts", {"Id": 1}),
         ("posts:2", 1, "stack_posts", {"Id": 2}),
@@ -113,7 +134,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, mariadb_db: dict, postgres_db:
         ("things:2", 4, "offline", {"id": 2}),
         ("gone:1", 5, "removed_source", {"id": 1}),  # its source is no longer configured
     ]
-    for source_id, name, *_ in sources:
+    for source_id, name, *_ in configured["sources"]:
         index.upsert_source(source_id, name)
     index.upsert_source(5, "removed_source")
     index.write_batch(
@@ -122,13 +143,17 @@ def env(tmp_path_factory: pytest.TempPathFactory, mariadb_db: dict, postgres_db:
             for d, s, n, pk in docs
         ]
     )
-    runtime = store.read_runtime()
-    pools = TargetPools(runtime)
-    services = Services(data_dir=tmp, store=store, runtime=runtime, stats=None, metrics=None, targets=pools, rag_index=index)  # type: ignore[arg-type]
+    services = Services(
+        data_dir=tmp,
+        store=configured["store"],
+        runtime=configured["runtime"],
+        stats=None,  # type: ignore[arg-type]
+        metrics=None,  # type: ignore[arg-type]
+        targets=configured["pools"],
+        rag_index=index,
+    )
     yield {"handler": FetchHandler(services)}
-    pools.close()
     index.close()
-    store.close()
 
 
 def fetch(env: dict, **args) -> dict:

@@ -24,7 +24,7 @@ import pytest
 
 from gateway.errors import DeadlineExceeded
 from gateway.runtime import build_runtime
-from gateway.services import Services
+from gateway.services import SearchIndex, Services
 from gateway.variables import all_variables
 from handlers.rag import RagHandler
 from handlers.rag.index import ChunkRecord, DocumentRecord
@@ -142,6 +142,17 @@ def gw(request, tmp_path_factory) -> Gateway:
     index.write_batch(records)
     yield gateway
     asyncio.run(gateway.handler.close())
+
+
+def test_the_index_other_endpoints_see_is_the_same_on_both_backends(gw: Gateway) -> None:
+    """Services.SearchIndex names only what both backends implement: no rag.db path or connection."""
+    index = gw.handler.index
+    assert gw.handler.services.rag_index is index and isinstance(index, SearchIndex)
+    assert (index.embedding_model_id, index.dim) == (gw.handler.embedder.model_id, 64)
+    assert index.meta()["embedding_dim"] == "64"
+    in_source_1 = sum(1 for d in CORPUS if d["source_id"] == 1)
+    assert index.fetch_all("SELECT count(*) FROM rag_documents WHERE source_id = ?", (1,)) == [(in_source_1,)]
+    assert index.totals()["docs"] == len(CORPUS) and index.size_bytes() > 0
 
 
 def chunk_ids(docs: list[dict[str, Any]]) -> set[str]:

@@ -9,7 +9,9 @@ other jobs of this process alike, and is released when its holder dies (kill -9)
 crashed sync never leaves a stale lock behind.
 
 Job progress lives in memory (for this process) and in the index's rag_sync_jobs, updated in
-the same transaction as each batch, so any worker, instance or the CLI can report any job.
+the same transaction as each batch, so any worker, instance or the CLI can report any job. A row
+still queued or running whose job died reads as `interrupted` (handlers/rag/job_liveness.py: the
+source locks on PostgreSQL, where the job's pid means nothing to other hosts; the pid on rag.db).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from handlers.rag.index import RagIndex
 from handlers.rag.ingest.progress import SourceProgress
 from handlers.rag.ingest.sources_config import SourceSpec, runtime_sources
 from handlers.rag.ingest.sync import SourceSync, SyncOptions
+from handlers.rag.job_liveness import live_job_ids, this_member
+from handlers.rag.pg_index import PgRagIndex
 from handlers.rag.source_lock import SourceLock
 
 log = logging.getLogger("mcp_gateway.rag.ingest")
@@ -84,12 +88,15 @@ class JobManager:
         self,
         *,
         data_dir: Path,
-        index: RagIndex,
+        index: RagIndex | PgRagIndex,
         embedder: Any,
         runtime: Callable[[], Runtime],
         make_embedder: Callable[[dict[str, Any]], Any] | None = None,
+        member: str | None = None,
     ) -> None:
         self.data_dir, self.index, self.embedder, self.runtime = Path(data_dir), index, embedder, runtime
+        # Which instance runs this process's jobs (rag_sync_jobs.member_id): its pid check is ours alone.
+        self.member = member if member is not None else this_member(runtime().variables)
         self.make_embedder = make_embedder
         self.jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
@@ -171,6 +178,10 @@ class JobManager:
         try:
             for spec in job.sources:
                 try:
+                    # Recorded now, not with the first batch: other processes see which source
+                    # the job is on even while it connects, counts or waits on the source.
+                    job.progress[spec.name].start()
+                    self._record(job)
                     self._sync_one(job, spec, on_progress)
                 except GatewayError as exc:
                     job.error = {
@@ -188,13 +199,18 @@ class JobManager:
                     job.progress[spec.name].error = job.error
                     job.progress[spec.name].finish("failed")
                 finally:
-                    job.locks.pop(spec.name).release()
+                    if len(job.locks) > 1:  # the last one is kept until the outcome is recorded
+                        job.locks.pop(spec.name).release()
         finally:
-            for lock in job.locks.values():
-                lock.release()
             job.state = "failed" if job.error else "ok"
             job.finished_at = time.time()
-            self._record(job)
+            try:
+                self._record(job)
+            finally:
+                # Only now: a job whose row says running while no lock is held reads as interrupted.
+                for lock in job.locks.values():
+                    lock.release()
+                job.locks.clear()
 
     def _sync_one(self, job: Job, spec: SourceSpec, on_progress: Callable[[SourceProgress], None] | None) -> None:
         progress = job.progress[spec.name]
@@ -250,6 +266,7 @@ class JobManager:
             json.dumps(status["source_names"]),
             job.state,
             os.getpid(),
+            self.member,
             job.created_at,
             job.started_at,
             job.finished_at,
@@ -257,8 +274,8 @@ class JobManager:
             json.dumps(job.error),
         )
         sql = (
-            "INSERT INTO rag_sync_jobs (job_id, source_names, state, pid, created_at, started_at, finished_at, progress_json, error_json)"
-            " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (job_id) DO UPDATE SET state = excluded.state, started_at = excluded.started_at,"
+            "INSERT INTO rag_sync_jobs (job_id, source_names, state, pid, member_id, created_at, started_at, finished_at,"
+            " progress_json, error_json) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (job_id) DO UPDATE SET state = excluded.state, started_at = excluded.started_at,"
             " finished_at = excluded.finished_at, progress_json = excluded.progress_json, error_json = excluded.error_json"
         )
         if conn is not None:
@@ -273,11 +290,20 @@ class JobManager:
         rows = self.index.query("SELECT * FROM rag_sync_jobs WHERE job_id = ?", (job_id,))
         if not rows:
             raise NotFound(f"no sync job {job_id!r}")
-        return status_from_row(rows[0])
+        return self._statuses(rows)[0]
 
     def recent(self, limit: int) -> list[dict[str, Any]]:
         rows = self.index.query("SELECT * FROM rag_sync_jobs ORDER BY created_at DESC LIMIT ?", (limit,))
-        return [self.jobs[r["job_id"]].status() if r["job_id"] in self.jobs else status_from_row(r) for r in rows]
+        return self._statuses(rows)
+
+    def _statuses(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """This process's jobs from memory; the others from their rows, unfinished ones checked for life."""
+        others = [r for r in rows if r["job_id"] not in self.jobs]
+        live = live_job_ids([r for r in others if r["state"] in ("queued", "running")], self.index, self.member)
+        return [
+            self.jobs[r["job_id"]].status() if r["job_id"] in self.jobs else status_from_row(r, alive=r["job_id"] in live)
+            for r in rows
+        ]
 
     # -- periodic syncs ----------------------------------------------------------------------
     def start_scheduler(self, *, tick_s: float = 5.0) -> None:
@@ -317,21 +343,27 @@ class JobManager:
         self._writer.shutdown(wait=True)
         for job in list(self.jobs.values()):
             if job.state == "queued":
-                for lock in job.locks.values():
-                    lock.release()
                 job.state, job.finished_at = "failed", time.time()
                 job.error = {"code": "UNAVAILABLE", "message": "the gateway shut down before this job started"}
-                self._record(job)
+                try:
+                    self._record(job)
+                finally:
+                    for lock in job.locks.values():
+                        lock.release()
 
 
 def _epoch(text: str) -> float:
     return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
 
 
-def status_from_row(row: dict[str, Any]) -> dict[str, Any]:
+def status_from_row(row: dict[str, Any], *, alive: bool | None = None) -> dict[str, Any]:
+    """A job's status from its row; `alive` (job_liveness) says whether a queued or running job
+    still runs (None: its pid, which only rag.db's single host may rely on)."""
     state = row["state"]
-    if state in ("queued", "running") and not pid_alive(int(row["pid"] or 0)):
-        state = "interrupted"  # its process died (crash, kill -9): a new sync resumes from the cursor
+    if alive is None:
+        alive = pid_alive(int(row["pid"] or 0))
+    if state in ("queued", "running") and not alive:
+        state = "interrupted"  # its process or instance died (crash, kill -9): a new sync resumes from the cursor
     return {
         "job_id": row["job_id"],
         "state": state,

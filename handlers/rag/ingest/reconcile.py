@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from handlers.rag.index import RagIndex
+from handlers.rag.pg_index import PgRagIndex
 
 log = logging.getLogger("mcp_gateway.rag.sources")
 
@@ -35,7 +36,7 @@ def source_states(rows: Iterable[Mapping[str, Any]]) -> dict[int, bool]:
 
 
 def apply_source_changes(
-    index: RagIndex, data_dir: Path, old: dict[int, bool], new: dict[int, bool], stop: threading.Event
+    index: RagIndex | PgRagIndex, data_dir: Path, old: dict[int, bool], new: dict[int, bool], stop: threading.Event
 ) -> threading.Thread | None:
     """Bring the index in line with a new runtime; returns the purge thread when one started."""
     removed = sorted(set(old) - set(new))
@@ -58,7 +59,7 @@ def apply_source_changes(
     return thread
 
 
-def _purge_all(index: RagIndex, data_dir: Path, source_ids: list[int], stop: threading.Event) -> None:
+def _purge_all(index: RagIndex | PgRagIndex, data_dir: Path, source_ids: list[int], stop: threading.Event) -> None:
     for source_id in source_ids:
         lock = index.source_lock(source_id)
         while not lock.acquire(f"purge-{source_id}"):  # a sync of it is still running: let it end
@@ -72,7 +73,7 @@ def _purge_all(index: RagIndex, data_dir: Path, source_ids: list[int], stop: thr
             lock.release()
 
 
-def purge_source(index: RagIndex, source_id: int, stop: threading.Event | None = None) -> int:
+def purge_source(index: RagIndex | PgRagIndex, source_id: int, stop: threading.Event | None = None) -> int:
     """Delete a source and everything indexed from it, PURGE_BATCH chunks per transaction (the
     index's purge_source). Returns the chunks deleted. Stopping halfway leaves a consistent index
     (each batch is one transaction) with the source still hidden."""

@@ -44,6 +44,7 @@ from handlers.rag.ingest.keyscan import missing_doc_ids
 from handlers.rag.ingest.progress import SourceProgress
 from handlers.rag.ingest.sources import ReadPlan, SourceReader, open_reader
 from handlers.rag.ingest.sources_config import SourceSpec
+from handlers.rag.pg_index import PgRagIndex
 
 DELETE_BATCH_DOCS = 500
 READ_QUEUE_BATCHES = 2  # read-ahead: bounded, so memory does not grow with the table
@@ -107,7 +108,7 @@ class SourceSync:
         self,
         spec: SourceSpec,
         target: Target,
-        index: RagIndex,
+        index: RagIndex | PgRagIndex,
         embedder: Any,
         progress: SourceProgress,
         *,

@@ -1,6 +1,6 @@
 """rag.admin.sync and rag.admin.jobs, as a mixin of the /mcp/rag handler.
 
-The host handler (RagHandler) provides `self.index` (an open RagIndex) and `self.embedder`
+The host handler (RagHandler) provides `self.index` (an open RagIndex or PgRagIndex) and `self.embedder`
 (the index's model), calls `start_ingest()` once the index is open and `stop_ingest()` in
 its close. The JobManager is published as `services.rag_jobs`.
 """
