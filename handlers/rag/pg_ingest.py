@@ -71,6 +71,27 @@ class PgSourceLock:
         self.conn = conn
         return True
 
+    def confirm(self) -> None:
+        """Raises Unavailable unless this lock's session still holds it. Called inside each batch's
+        write transaction: a PostgreSQL restart ends the lock's session (and frees the lock) while
+        the pooled writer connections reconnect, so without this a sync could go on writing after
+        another instance has taken the source."""
+        held = False
+        if self.conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                held = bool(
+                    self.conn.execute(
+                        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = %s"
+                        " AND objid::bigint = %s AND pid = pg_backend_pid() AND granted",
+                        (SYNC_LOCK_CLASS, self.source_id),
+                    ).fetchone()
+                )
+        if not held:
+            raise Unavailable(
+                "the sync lock of this source was lost (its database session ended, e.g. a PostgreSQL restart); "
+                "the sync stopped with every written batch consistent: run it again"
+            )
+
     def holder(self) -> str:
         """The job holding the lock (from its session's application_name), if any."""
         with contextlib.suppress(psycopg.Error), psycopg.connect(self.dsn, autocommit=True, connect_timeout=3) as conn:

@@ -11,6 +11,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from gateway.errors import Unavailable
+
 
 class SourceLock:
     """An exclusive, non-blocking, crash-safe lock on one source."""
@@ -31,6 +33,11 @@ class SourceLock:
         os.write(fd, holder.encode())
         self.fd = fd
         return True
+
+    def confirm(self) -> None:
+        """Raises Unavailable unless the lock is held (a flock lasts as long as its descriptor)."""
+        if self.fd is None:
+            raise Unavailable("the sync lock of this source is not held; run the sync again")
 
     def holder(self) -> str:
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
 from gateway.assembly import open_config
@@ -42,8 +43,14 @@ def make_corpus(path: Path, rows: int) -> None:
 
 @pytest.fixture
 def host(tmp_path: Path):
+    yield from make_host(
+        tmp_path, 200, lambda embedder: RagIndex.open(tmp_path / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
+    )
+
+
+def make_host(tmp_path: Path, rows: int, open_index: Any):
     corpus = tmp_path / "corpus.db"
-    make_corpus(corpus, 200)
+    make_corpus(corpus, rows)
     store = open_config(tmp_path)
     conn = store.conn()
     conn.execute("INSERT INTO mcp_target_profiles (target_id, protocol, database) VALUES ('files', 'sqlite', ?)", (str(corpus),))
@@ -59,7 +66,7 @@ def host(tmp_path: Path):
     services = Services(data_dir=tmp_path, store=store, runtime=runtime, stats=None, metrics=None)  # type: ignore[arg-type]
     handler = IngestHost(services)
     handler.embedder = embedder
-    handler.index = RagIndex.open(tmp_path / "rag.db", embedding_model_id=embedder.model_id, dim=embedder.dim)
+    handler.index = open_index(embedder)
     handler.start_ingest(periodic=False)
     yield handler, corpus, store
     handler.stop_ingest()
@@ -166,3 +173,36 @@ def test_a_finished_sync_has_caught_the_ann_index_up(host) -> None:
     assert wait_job(handler, out["job_id"])["state"] == "ok"
     head = handler.index.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rag_vec_changes'").fetchall()[0][0]
     assert head > 0 and vectors._seq == head and len(vectors._index) == 200
+
+
+def test_a_sync_that_loses_its_postgresql_lock_stops_and_a_rerun_is_exact(tmp_path: Path, pgvector_db: str) -> None:
+    """A PostgreSQL restart ends the lock's session while the pooled writers reconnect: the job must
+    stop at its next batch (another instance may own the source by then), not write on unlocked."""
+    from handlers.rag.pg_index import PgRagIndex
+    from handlers.rag.pg_ingest import SYNC_LOCK_PREFIX
+
+    rows = 5_000  # ten batches: the lock is gone long before the last one
+    fixture = make_host(tmp_path, rows, lambda e: PgRagIndex.open(pgvector_db, embedding_model_id=e.model_id, dim=e.dim))
+    handler, _, _ = next(fixture)
+    try:
+        _, out = call(handler, "rag.admin.sync", {"source_names": ["notes"]})
+        assert out["accepted"] is True
+        with psycopg.connect(pgvector_db, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (SYNC_LOCK_PREFIX + out["job_id"],),
+            ).fetchall()
+        assert ended == [(True,)]
+        job = wait_job(handler, out["job_id"])
+        assert job["state"] == "failed" and job["error"]["code"] == "UNAVAILABLE", job
+        assert "lock of this source was lost" in job["error"]["message"]
+        written = handler.index.totals()["docs"]
+        assert written < rows
+
+        _, again = call(handler, "rag.admin.sync", {"source_names": ["notes"]})
+        assert wait_job(handler, again["job_id"])["state"] == "ok"
+        assert handler.index.totals()["docs"] == rows
+        with psycopg.connect(pgvector_db) as conn:
+            assert conn.execute("SELECT count(*), count(DISTINCT doc_id) FROM rag_chunks").fetchone() == (rows, rows)
+    finally:
+        next(fixture, None)  # stop ingestion, close the index

@@ -12,6 +12,7 @@ from gateway.errors import ConfigError, Unavailable
 from handlers.rag import fts, pg_index
 from handlers.rag.pg_fts import fts_ranked, fts_snippets, hit_rows
 from handlers.rag.pg_index import PgRagIndex
+from handlers.rag.pg_ingest import SYNC_LOCK_PREFIX
 from tests.rag.records import EMBEDDER, doc
 
 
@@ -139,6 +140,31 @@ def test_one_sync_per_source_across_instances(index: PgRagIndex) -> None:
         first.release()
     assert second.acquire("job-2@gw2")
     second.release()
+
+
+def test_a_lock_whose_session_ended_stops_the_batch_that_would_follow(index: PgRagIndex, pgvector_db: str) -> None:
+    lock = index.source_lock(1)
+    assert lock.acquire("job-lost@gw1")
+    try:
+        lock.confirm()
+        index.write_batch([doc("a", ["alpha"])], in_transaction=lambda db: lock.confirm())
+        # What a PostgreSQL restart does to the lock's session (the pooled writers reconnect).
+        with psycopg.connect(pgvector_db, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (SYNC_LOCK_PREFIX + "job-lost@gw1",),
+            ).fetchall()
+        assert ended == [(True,)]
+        with pytest.raises(Unavailable, match="sync lock of this source was lost"):
+            lock.confirm()
+        with pytest.raises(Unavailable):
+            index.write_batch([doc("b", ["beta"])], in_transaction=lambda db: lock.confirm())
+        assert counts(index)["rag_documents"] == 1  # batch b rolled back
+        successor = index.source_lock(1)
+        assert successor.acquire("job-next@gw2")  # the source is free for another sync
+        successor.release()
+    finally:
+        lock.release()
 
 
 def test_state_statements_take_sqlite_placeholders(index: PgRagIndex) -> None:

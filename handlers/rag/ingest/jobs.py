@@ -218,6 +218,9 @@ class JobManager:
         embedder = self._embedder(spec)
 
         def record_job(conn: apsw.Connection) -> None:
+            # Inside each batch's transaction: a batch written after the source's lock was lost
+            # (another instance may hold it by now) rolls back instead of racing that sync.
+            job.locks[spec.name].confirm()
             self._record(job, conn)
 
         SourceSync(
