@@ -419,6 +419,7 @@ def main() -> None:
         if "tools" in result:
             result["postgresql_vs_sqlite"] = side_by_side(result["tools"], result["postgresql"]["tools"])
     result["memory"]["peak_rss_mb"] = rss_mb()["peak_rss_mb"]
+    result["load_average_1m_end"] = round(os.getloadavg()[0], 2)
     emit(result, args.json)
 
 

@@ -401,6 +401,7 @@ class PgRagIndex:
                 f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}))"
                 " SELECT chunk_rowid, embedding <=> %s AS d, embedding FROM allowed ORDER BY d, chunk_rowid LIMIT %s",
                 (*params, exact, fetch),
+                binary=True,
             ).fetchall()
             return self._ranked(rows, k, short=False)
         graph = self._wrap_index(np.asarray(query, dtype=np.float32))
@@ -413,6 +414,7 @@ class PgRagIndex:
             f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, c.embedding FROM rag_chunks c"
             f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s",
             (exact, *params, graph, fetch),
+            binary=True,  # 40 vectors as text cost ~6 ms of parsing here; binary ~0.1 ms
         ).fetchall()
         # Came back short: either the filter admits fewer chunks, or the scan limit stopped it.
         short = len(rows) < k and self._admitted(conn, where, params, k) > len(rows)
@@ -452,6 +454,7 @@ class PgRagIndex:
         rows = conn.execute(
             "SELECT chunk_rowid, embedding FROM rag_chunks WHERE chunk_rowid = ANY(%s) AND embedding IS NOT NULL ORDER BY chunk_rowid",
             (list(rowids),),
+            binary=True,
         ).fetchall()
         if not rows:
             return np.zeros(0, dtype=np.int64), np.zeros((0, self.dim), dtype=np.float32)
