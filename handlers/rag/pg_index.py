@@ -405,17 +405,19 @@ class PgRagIndex:
             ).fetchall()
             return self._ranked(rows, k, short=False)
         graph = self._wrap_index(np.asarray(query, dtype=np.float32))
-        # Iterative: past ef_search (at most 1000) the scan goes on until LIMIT rows passed `where`.
-        conn.execute(
-            "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-            (str(min(1000, max(HNSW_EF_SEARCH_MIN, fetch))),),
-        )
-        rows = conn.execute(
-            f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, c.embedding FROM rag_chunks c"
-            f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s",
-            (exact, *params, graph, fetch),
-            binary=True,  # 40 vectors as text cost ~6 ms of parsing here; binary ~0.1 ms
-        ).fetchall()
+        # Pipelined: the settings and the search travel in one round trip.
+        with conn.pipeline():
+            # Iterative: past ef_search (at most 1000) the scan goes on until LIMIT rows passed `where`.
+            conn.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                (str(min(1000, max(HNSW_EF_SEARCH_MIN, fetch))),),
+            )
+            rows = conn.execute(
+                f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, c.embedding FROM rag_chunks c"
+                f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s",
+                (exact, *params, graph, fetch),
+                binary=True,  # 40 vectors as text cost ~6 ms of parsing here; binary ~0.1 ms
+            ).fetchall()
         # Came back short: either the filter admits fewer chunks, or the scan limit stopped it.
         short = len(rows) < k and self._admitted(conn, where, params, k) > len(rows)
         return self._ranked(rows, k, short=short)
