@@ -88,12 +88,24 @@ def build_postgres(dsn: str, corpus: Corpus, *, model_id: str, docs_per_txn: int
         done = conn.execute("SELECT build FROM bench_build").fetchone()
     if done and {k: done[0].get(k) for k in wanted} == wanted:
         log(f"PostgreSQL: reusing the load in {dsn.rsplit('/', 1)[-1]}")
-        return PgRagIndex.open(dsn, embedding_model_id=model_id, dim=corpus.dim), done[0]
+        index = PgRagIndex.open(dsn, embedding_model_id=model_id, dim=corpus.dim)
+        build = done[0]
+        if build.get("hnsw_options") != hnsw_options(index):  # the schema's HNSW parameters changed: rebuild it
+            log(f"PostgreSQL: rebuilding the HNSW index ({build.get('hnsw_options')} -> {hnsw_options(index)})")
+            with index.connection() as conn:
+                conn.execute("DROP INDEX IF EXISTS rag_chunks_embedding")
+            started = time.perf_counter()
+            with index.connection() as conn:
+                conn.execute(schema_ddl(corpus.dim, index.hnsw_type))
+            build = {**build, "hnsw_build_s": round(time.perf_counter() - started, 1), "hnsw_options": hnsw_options(index)}
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("UPDATE bench_build SET build = %s::jsonb", (json.dumps(build),))
+        return index, build
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM bench_build")
         conn.execute(f"DROP TABLE IF EXISTS {', '.join(reversed(INDEX_TABLES))} CASCADE")
     index, times = load_postgres(dsn, corpus, model_id=model_id, docs_per_txn=docs_per_txn)
-    build = {**wanted, **times}
+    build = {**wanted, **times, "hnsw_options": hnsw_options(index)}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO bench_build (build) VALUES (%s::jsonb)", (json.dumps(build),))
     return index, build
@@ -121,6 +133,13 @@ def load_postgres(dsn: str, corpus: Corpus, *, model_id: str, docs_per_txn: int)
         conn.execute("VACUUM (ANALYZE) rag_chunks")
     log(f"PostgreSQL: loaded in {load_s:.0f} s, HNSW built in {hnsw_s:.0f} s")
     return index, {"load_s": round(load_s, 1), "hnsw_build_s": round(hnsw_s, 1)}
+
+
+def hnsw_options(index: PgRagIndex) -> str:
+    """The HNSW index's WITH (...) as the schema creates it now (m, ef_construction)."""
+    ddl = schema_ddl(index.dim, index.hnsw_type)
+    line = next(line for line in ddl.splitlines() if "rag_chunks_embedding" in line)
+    return line[line.rindex("WITH") :].rstrip(";")
 
 
 def disk_mb(index: PgRagIndex) -> dict[str, float]:
