@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from gateway.errors import ConfigError, Unavailable
-from handlers.rag import fts, pg_index
+from handlers.rag import fts, pg_fts, pg_index
 from handlers.rag.pg_fts import fts_ranked, fts_snippets, hit_rows
 from handlers.rag.pg_index import PgRagIndex
 from tests.rag.records import EMBEDDER, doc
@@ -123,6 +123,20 @@ def test_keyword_search_ranks_stems_and_marks(index: PgRagIndex) -> None:
         assert [hit_rows(conn, [r])[r][2] for r, _ in both] == ["a"]
         only_source_2 = fts_ranked(conn, match, index.term_stats, where="c.source_id IN (?)", params=(2,), limit=10)
         assert only_source_2 == []
+
+
+def test_bm25_corpus_figures_exact_when_small_sampled_when_large(index: PgRagIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    index.write_batch([doc(f"d{i}", [" ".join(["word"] * (i % 7 + 1))]) for i in range(300)])
+    with index.connection() as conn:
+        exact = conn.execute("SELECT count(*)::float8, avg(length(fts))::float8 FROM rag_chunks").fetchone()
+        assert pg_fts.corpus_figures(conn) == exact  # never analysed: counted
+    with psycopg.connect(index.dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE rag_chunks")
+    monkeypatch.setattr(pg_fts, "SAMPLE_FROM", 100)  # 300 chunks count as large: the planner's count, a page sample
+    monkeypatch.setattr(pg_fts, "SAMPLE_ROWS", 1_000)  # more than the table: the sample is every page
+    with index.connection() as conn:
+        count, avgdl = pg_fts.corpus_figures(conn)
+    assert count == exact[0] and avgdl == pytest.approx(exact[1])
 
 
 def test_postgresql_restart_fails_unavailable_then_recovers(index: PgRagIndex, pgvector_server) -> None:
