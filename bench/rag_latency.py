@@ -322,19 +322,36 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=REPO_ROOT / "bench" / "out")
     parser.add_argument("--docs-per-txn", type=int, default=1000)
     parser.add_argument("--skip-tools", action="store_true", help="measure the vector layer and baselines only")
-    parser.add_argument("--build-only", action="store_true", help="build (or check) the index under --out-dir and stop")
+    parser.add_argument(
+        "--build-only",
+        nargs="?",
+        const="all",
+        choices=("all", "sqlite", "postgresql"),
+        help="build (or check) the index(es) --backend names and stop; `postgresql`: only PostgreSQL's copy",
+    )
     parser.add_argument("--json", type=Path, help="also write the result here")
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite", help="postgresql: both, side by side")
-    parser.add_argument("--postgres-dsn", default="", help="PostgreSQL with pgvector to load into; default: a throwaway one")
+    parser.add_argument(
+        "--postgres-dsn",
+        default="",
+        help="PostgreSQL with pgvector to load into; default: a bench server kept in <out-dir>/pgserver",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")  # ANN rebuild progress
 
     corpus = Corpus(args.chunks, args.dim)
     out_dir = args.out_dir / f"rag-{args.chunks}-{args.dim}"
-    built = build(out_dir, corpus, docs_per_txn=args.docs_per_txn)
     if args.build_only:
+        built = {}
+        if args.build_only != "postgresql":
+            built["sqlite"] = build(out_dir, corpus, docs_per_txn=args.docs_per_txn)
+        if args.backend == "postgresql" or args.build_only == "postgresql":
+            from rag_latency_pg import measure_postgres
+
+            built["postgresql"] = measure_postgres(args, corpus, [], np.zeros((0, args.dim)), {}, out_dir / "rag.db")["build"]
         print(json.dumps(built, indent=2))
         return
+    built = build(out_dir, corpus, docs_per_txn=args.docs_per_txn)
     db = out_dir / "rag.db"
     texts, queries = corpus.queries(args.queries)
 
@@ -402,6 +419,7 @@ def main() -> None:
         if "tools" in result:
             result["postgresql_vs_sqlite"] = side_by_side(result["tools"], result["postgresql"]["tools"])
     result["memory"]["peak_rss_mb"] = rss_mb()["peak_rss_mb"]
+    result["load_average_1m_end"] = round(os.getloadavg()[0], 2)
     emit(result, args.json)
 
 

@@ -10,6 +10,7 @@ as rag.db's (chunk ids are the same in both indexes).
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import tempfile
 import time
@@ -27,25 +28,87 @@ from handlers.rag.pg_index import INDEX_TABLES, PgRagIndex, schema_ddl
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+BENCH_SERVER_SETTINGS = (  # a bench-sized server: memory for the HNSW build (1M x 384 halfvec graph ~1.2 GB)
+    ("maintenance_work_mem", "3GB"),
+    ("max_parallel_maintenance_workers", "2"),
+    ("shared_buffers", "2GB"),
+)
+
+
+def bench_server(data_root: Path):  # noqa: ANN201 - tests/pgvector_server.PgvectorServer
+    """A PostgreSQL 18 + pgvector (tests/pgvector_server.py) whose data directory is `data_root`,
+    kept between runs (a 1M build is not redone for every measurement); started if stopped."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    import shutil
+
+    from pgvector_server import PgvectorServer, free_port
+
+    port_file = data_root / "port"
+    server = PgvectorServer(port=int(port_file.read_text()) if port_file.exists() else free_port())
+    shutil.rmtree(server.root, ignore_errors=True)  # its temporary directory: ours is data_root
+    server.root, server.pgdata, server.log = data_root, data_root / "data", data_root / "postgres.log"
+    if not (server.pgdata / "PG_VERSION").exists():
+        data_root.mkdir(parents=True, exist_ok=True)
+        if server.user:
+            data_root.chmod(0o755)
+            shutil.chown(data_root, server.user)
+        server.init()
+        port_file.write_text(str(server.port))
+        server.start()
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            for name, value in BENCH_SERVER_SETTINGS:
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        server.restart()
+    elif not (server.pgdata / "postmaster.pid").exists():
+        server.start()
+    return server
+
+
 @contextlib.contextmanager
-def postgres_dsn(given: str) -> Iterator[str]:
-    """`given`, or a throwaway PostgreSQL 18 + pgvector (tests/pgvector_server.py) for the run."""
+def postgres_dsn(given: str, data_root: Path, database: str) -> Iterator[str]:
+    """`given`, or the database `database` on the bench server in `data_root` (created if missing;
+    the server is left running: `python bench/rag_latency_pg.py stop` stops it)."""
     if given:
         yield given
         return
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from pgvector_server import start_pgvector_server
+    server = bench_server(data_root)
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{database}"')
+    with psycopg.connect(server.dsn_for(database), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    yield server.dsn_for(database)
 
-    server = start_pgvector_server()
-    try:
-        with psycopg.connect(server.dsn, autocommit=True) as conn:  # a bench-sized server: memory for the HNSW build
-            conn.execute("ALTER SYSTEM SET maintenance_work_mem = '1GB'")
-            conn.execute("ALTER SYSTEM SET max_parallel_maintenance_workers = 2")
-            conn.execute("ALTER SYSTEM SET shared_buffers = '1GB'")
-        server.restart()
-        yield server.create_database("rag_latency")
-    finally:
-        server.remove()
+
+def build_postgres(dsn: str, corpus: Corpus, *, model_id: str, docs_per_txn: int) -> tuple[PgRagIndex, dict[str, Any]]:
+    """The corpus loaded into `dsn`, or the load an earlier run left there (bench_build says which)."""
+    wanted = {"chunks": corpus.n_chunks, "dim": corpus.dim, "seed": corpus.seed, "model_id": model_id}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_build (build jsonb NOT NULL)")
+        done = conn.execute("SELECT build FROM bench_build").fetchone()
+    if done and {k: done[0].get(k) for k in wanted} == wanted:
+        log(f"PostgreSQL: reusing the load in {dsn.rsplit('/', 1)[-1]}")
+        index = PgRagIndex.open(dsn, embedding_model_id=model_id, dim=corpus.dim)
+        build = done[0]
+        if build.get("hnsw_options") != hnsw_options(index):  # the schema's HNSW parameters changed: rebuild it
+            log(f"PostgreSQL: rebuilding the HNSW index ({build.get('hnsw_options')} -> {hnsw_options(index)})")
+            with index.connection() as conn:
+                conn.execute("DROP INDEX IF EXISTS rag_chunks_embedding")
+            started = time.perf_counter()
+            with index.connection() as conn:
+                conn.execute(schema_ddl(corpus.dim, index.hnsw_type))
+            build = {**build, "hnsw_build_s": round(time.perf_counter() - started, 1), "hnsw_options": hnsw_options(index)}
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("UPDATE bench_build SET build = %s::jsonb", (json.dumps(build),))
+        return index, build
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM bench_build")
+        conn.execute(f"DROP TABLE IF EXISTS {', '.join(reversed(INDEX_TABLES))} CASCADE")
+    index, times = load_postgres(dsn, corpus, model_id=model_id, docs_per_txn=docs_per_txn)
+    build = {**wanted, **times, "hnsw_options": hnsw_options(index)}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO bench_build (build) VALUES (%s::jsonb)", (json.dumps(build),))
+    return index, build
 
 
 def load_postgres(dsn: str, corpus: Corpus, *, model_id: str, docs_per_txn: int) -> tuple[PgRagIndex, dict[str, float]]:
@@ -66,10 +129,17 @@ def load_postgres(dsn: str, corpus: Corpus, *, model_id: str, docs_per_txn: int)
     with index.connection() as conn:
         conn.execute(schema_ddl(corpus.dim, index.hnsw_type))  # recreates the HNSW index, the rest exists
     hnsw_s = time.perf_counter() - started
-    with index.connection() as conn:
-        conn.execute("ANALYZE rag_chunks")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # what autovacuum would do soon after a load this size
+        conn.execute("VACUUM (ANALYZE) rag_chunks")
     log(f"PostgreSQL: loaded in {load_s:.0f} s, HNSW built in {hnsw_s:.0f} s")
     return index, {"load_s": round(load_s, 1), "hnsw_build_s": round(hnsw_s, 1)}
+
+
+def hnsw_options(index: PgRagIndex) -> str:
+    """The HNSW index's WITH (...) as the schema creates it now (m, ef_construction)."""
+    ddl = schema_ddl(index.dim, index.hnsw_type)
+    line = next(line for line in ddl.splitlines() if "rag_chunks_embedding" in line)
+    return line[line.rindex("WITH") :].rstrip(";")
 
 
 def disk_mb(index: PgRagIndex) -> dict[str, float]:
@@ -97,8 +167,15 @@ def measure_postgres(
     from handlers.rag.embeddings import make_embedder
 
     model_id = make_embedder({"provider": "local"}).model_id  # hybrid embeds its query text with it
-    with postgres_dsn(args.postgres_dsn) as dsn, tempfile.TemporaryDirectory(prefix="rag-latency-pg-") as data_dir:
-        index, build = load_postgres(dsn, corpus, model_id=model_id, docs_per_txn=args.docs_per_txn)
+    database = f"rag_latency_{corpus.n_chunks}_{corpus.dim}"
+    with (
+        postgres_dsn(args.postgres_dsn, args.out_dir / "pgserver", database) as dsn,
+        tempfile.TemporaryDirectory(prefix="rag-latency-pg-") as data_dir,
+    ):
+        index, build = build_postgres(dsn, corpus, model_id=model_id, docs_per_txn=args.docs_per_txn)
+        if args.build_only:
+            index.close()
+            return {"build": build}
         disk = disk_mb(index)
         log("sweeping hnsw.ef_search on PostgreSQL")
         sweep = ef_search_sweep(index, sqlite_db, queries, truth["none"], k=args.k)
@@ -175,3 +252,11 @@ def side_by_side(sqlite_tools: dict[str, Any], pg_tools: dict[str, Any]) -> dict
             )
         rows[case] = row
     return rows
+
+
+if __name__ == "__main__":  # python bench/rag_latency_pg.py stop [out-dir]: stop the bench server
+    if sys.argv[1:2] != ["stop"]:
+        sys.exit("usage: python bench/rag_latency_pg.py stop [out-dir]")
+    root = Path(sys.argv[2] if len(sys.argv) > 2 else REPO_ROOT / "bench" / "out") / "pgserver"
+    if (root / "data" / "postmaster.pid").exists():
+        bench_server(root).stop()

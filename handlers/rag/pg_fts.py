@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +26,10 @@ TS_NORMALISATION = 1  # rank / (1 + log(document length)): long chunks do not wi
 BM25_K1, BM25_B = 1.2, 0.75
 TITLE_TF_WEIGHT = 2.0  # fts.TITLE_WEIGHT
 RERANK_POOL = 200  # ts_rank's best this many are BM25-ranked (Cranfield: 0.3939 at 200, 0.3943 at all)
-STATS_TTL_S = 60.0  # chunk count, average length and document frequencies are re-read this often
+LEXEMES_CACHED = 1024  # query texts whose lexemes are remembered (hybrid reads them twice a call)
+STATS_TTL_S = 60.0
+SAMPLE_FROM = 100_000  # chunks from which the corpus figures are estimated, not counted (200k: 0.5 s)
+SAMPLE_ROWS = 5_000  # about this many chunks' pages sampled for the average length
 
 _BM25 = f"""
 SELECT c.chunk_rowid,
@@ -49,27 +53,46 @@ class TermStats:
         self._read_at = -math.inf
         self._corpus = (0.0, 1.0)
         self._df: dict[str, float] = {}
+        self._lexemes: OrderedDict[str, list[str]] = OrderedDict()  # query text -> its lexemes, most recent last
 
     def idfs(self, conn: psycopg.Connection, text: str) -> tuple[list[str], list[float], float]:
         """(the lexemes of `text`, their idf, the average chunk length)."""
-        lexemes = [r[0] for r in conn.execute("SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %s))", (text,))]
         with self._lock:
             if time.monotonic() - self._read_at > STATS_TTL_S:
-                self._corpus = conn.execute(
-                    "SELECT count(*)::float8, coalesce(avg(length(fts)), 1)::float8 FROM rag_chunks"
-                ).fetchone()
+                self._corpus = corpus_figures(conn)
                 self._df, self._read_at = {}, time.monotonic()
-            missing = [lexeme for lexeme in lexemes if lexeme not in self._df]
-            if missing:
-                self._df.update(
-                    conn.execute(
-                        "SELECT l, (SELECT count(*) FROM rag_chunks WHERE fts @@ to_tsquery('simple', quote_literal(l)))::float8"
-                        " FROM unnest(%s::text[]) l",
-                        (missing,),
-                    ).fetchall()
-                )
-            n, avgdl = self._corpus
-            return lexemes, [math.log(1 + (n - self._df[x] + 0.5) / (self._df[x] + 0.5)) for x in lexemes], max(avgdl, 1.0)
+            lexemes = self._lexemes.get(text)
+            if lexemes is not None and all(lexeme in self._df for lexeme in lexemes):
+                self._lexemes.move_to_end(text)
+                return lexemes, self._idf_list(lexemes), max(self._corpus[1], 1.0)
+            # Cached counts the statement need not redo: those of lexemes that may be the text's
+            # (a stem starts as its word does; a miss only costs a count, never a wrong one).
+            starts = {word[:3] for word in text.lower().split()}
+            known = [lexeme for lexeme in self._df if lexeme[:3] in starts]
+        # One round trip: the text's lexemes, and the document frequency of those not known.
+        rows = conn.execute(
+            "SELECT l, CASE WHEN l = ANY(%s::text[]) THEN NULL ELSE"
+            " (SELECT count(*) FROM rag_chunks WHERE fts @@ to_tsquery('simple', quote_literal(l)))::float8 END"
+            " FROM (SELECT DISTINCT lexeme AS l FROM unnest(to_tsvector('english', %s))) x",
+            (known, text),
+        ).fetchall()
+        lexemes = [lexeme for lexeme, _ in rows]
+        with self._lock:
+            for lexeme, df in rows:
+                if df is not None:
+                    self._df[lexeme] = df
+                elif lexeme not in self._df:  # the cache was reset meanwhile: count it now
+                    self._df[lexeme] = conn.execute(
+                        "SELECT count(*)::float8 FROM rag_chunks WHERE fts @@ to_tsquery('simple', quote_literal(%s))", (lexeme,)
+                    ).fetchone()[0]
+            self._lexemes[text] = lexemes
+            while len(self._lexemes) > LEXEMES_CACHED:
+                self._lexemes.popitem(last=False)
+            return lexemes, self._idf_list(lexemes), max(self._corpus[1], 1.0)
+
+    def _idf_list(self, lexemes: list[str]) -> list[float]:
+        n = self._corpus[0]
+        return [math.log(1 + (n - self._df[x] + 0.5) / (self._df[x] + 0.5)) for x in lexemes]
 
     def rare_idf(self, conn: psycopg.Connection, text: str, threshold: float) -> float:
         """fts.rare_term_idf on PostgreSQL: bm25's idf, log((N - df + 0.5) / (df + 0.5)), of the
@@ -80,6 +103,20 @@ class TermStats:
             idfs = [math.log((n - self._df[x] + 0.5) / (self._df[x] + 0.5)) for x in lexemes if self._df.get(x)]
         best = max(idfs, default=0.0)
         return best if best > threshold else 0.0
+
+
+def corpus_figures(conn: psycopg.Connection) -> tuple[float, float]:
+    """(chunk count, average tsvector length) for BM25. Exact up to SAMPLE_FROM chunks; past
+    that, a full scan costs seconds inside a search call (1M chunks: 2.2-4.6 s), so the count is
+    the planner's (ANALYZE/autovacuum keep it) and the average that of a fixed page sample."""
+    estimate = conn.execute("SELECT reltuples::float8 FROM pg_class WHERE oid = 'rag_chunks'::regclass").fetchone()[0]
+    if estimate < SAMPLE_FROM:  # small, or never analysed (-1): exact
+        return conn.execute("SELECT count(*)::float8, coalesce(avg(length(fts)), 1)::float8 FROM rag_chunks").fetchone()
+    percent = min(100.0, 100.0 * SAMPLE_ROWS / estimate)
+    avgdl = conn.execute(
+        "SELECT avg(length(fts))::float8 FROM rag_chunks TABLESAMPLE SYSTEM (%s) REPEATABLE (1)", (percent,)
+    ).fetchone()[0]
+    return estimate, avgdl or 1.0
 
 
 def tsquery_sql(match: Any) -> tuple[str, str]:

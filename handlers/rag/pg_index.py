@@ -45,9 +45,16 @@ SCHEMA_VERSION = 1
 # with the stored float32 vectors (as rag.db's ANN is), so scores are exact either way.
 HNSW_TYPES = {"halfvec": ("halfvec", "halfvec_cosine_ops", HalfVector), "vector": ("vector", "vector_cosine_ops", Vector)}
 RESCORE_MIN = 40  # candidates the graph returns for rescoring: at least this many, or 2k
+# A filter admitting at most this many chunks is scored exactly (no graph). Each allowed chunk
+# costs a TOAST fetch of its vector (pgvector stores it out of line in a row this wide): at 200k
+# chunks, 42 chunks (20 doc_ids) took 1.1 ms exactly against 6.0 ms through the iterative scan,
+# 500 chunks 21 ms against ~10 ms unfiltered, 2,000 chunks 57 ms (bench/README, issue 16).
+EXACT_SCAN_MAX = 300
 HNSW_EF_SEARCH_MIN = 128  # the graph search keeps at least this many (200k: recall@10 0.929 at 64, 0.982 at 128, 8.0 ms p50)
 POOL_TIMEOUT_S = 1.0  # a call in a PostgreSQL outage fails UNAVAILABLE this soon, well inside rag-timeout_ms
 SCHEMA_LOCK_KEY = 0x7261_6770_675F_6964  # pg_advisory_xact_lock: instances creating the schema at once
+# rag_chunks' columns as the insert's binary COPY writes them.
+COPY_TYPES = ("text", "text", "int8", "int4", "text", "text", "text", "text", "text", "float8", "int4", "text", "vector")
 INDEX_TABLES = ("rag_meta", "rag_sources", "rag_documents", "rag_doc_tags", "rag_chunks", "rag_sync_state", "rag_sync_jobs")
 
 
@@ -358,9 +365,11 @@ class PgRagIndex:
             if inserts:
                 copy_sql = (
                     "COPY rag_chunks (chunk_id, doc_id, source_id, chunk_index, title, body, metadata_json, content_hash,"
-                    " updated_at, doc_score, post_type_id, created_at, embedding) FROM STDIN"
+                    " updated_at, doc_score, post_type_id, created_at, embedding) FROM STDIN (FORMAT BINARY)"
                 )
                 with cur.copy(copy_sql) as copy:
+                    # Binary: a vector's text form costs ~1 ms of Python a row (384 floats formatted), its binary ~10 us.
+                    copy.set_types(COPY_TYPES)
                     for row in inserts:
                         copy.write_row(row)
 
@@ -375,35 +384,60 @@ class PgRagIndex:
     ) -> Nearest:
         """The k nearest chunks passing `where` (a FilterSQL over `c`) by exact cosine distance.
 
-        The HNSW graph (over halfvec, or the vectors) proposes max(2k, RESCORE_MIN) candidates;
-        they are ranked by the stored float32 vectors, as rag.db's ANN does. With a filter the
-        scan is iterative (relaxed order), so a selective filter still fills k when enough chunks
-        pass it; when pgvector's scan limit stops it first, `short` says so."""
+        A filter admitting at most EXACT_SCAN_MAX chunks (a count probe says) is scored exactly:
+        every allowed chunk, no graph. Otherwise the HNSW graph (over halfvec, or the vectors)
+        proposes max(2k, RESCORE_MIN) candidates unfiltered, 2k filtered, ranked by the stored
+        float32 vectors, as rag.db's ANN does. With a filter that scan is iterative (relaxed
+        order), so a selective filter still fills k when enough chunks pass it; when pgvector's
+        scan limit stops it first, `short` says so."""
         if k <= 0:
             return Nearest([], [], np.zeros((0, self.dim), np.float32), False)
         exact = Vector(np.asarray(query, dtype=np.float32))
+        narrows = where.strip() != "TRUE"
+        # Filtered, the walk until LIMIT rows pass is what costs: 2k then (5 % filter at 200k:
+        # 38 ms for 20, 55 ms for 40, recall@10 0.993 both); unfiltered, 40 cost what 20 do.
+        fetch = 2 * k if narrows else max(2 * k, RESCORE_MIN)
+        # The probe counts chunks, with a vector or not: an upper bound, readable from an index alone.
+        if narrows and self._admitted(conn, where, params, EXACT_SCAN_MAX + 1, any_chunk=True) <= EXACT_SCAN_MAX:
+            # MATERIALIZED: the ORDER BY runs over the allowed rows, never through the HNSW index.
+            rows = conn.execute(
+                f"WITH allowed AS MATERIALIZED (SELECT c.chunk_rowid, c.embedding FROM rag_chunks c"
+                f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}))"
+                " SELECT chunk_rowid, embedding <=> %s AS d, embedding FROM allowed ORDER BY d, chunk_rowid LIMIT %s",
+                (*params, exact, fetch),
+                binary=True,
+            ).fetchall()
+            return self._ranked(rows, k, short=False)
         graph = self._wrap_index(np.asarray(query, dtype=np.float32))
-        fetch = max(2 * k, RESCORE_MIN)
-        # Iterative: past ef_search (at most 1000) the scan goes on until LIMIT rows passed `where`.
-        conn.execute(
-            "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-            (str(min(1000, max(HNSW_EF_SEARCH_MIN, fetch))),),
-        )
-        rows = conn.execute(
-            f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, c.embedding FROM rag_chunks c"
-            f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s",
-            (exact, *params, graph, fetch),
-        ).fetchall()
+        # Pipelined: the settings and the search travel in one round trip.
+        with conn.pipeline():
+            # Iterative: past ef_search (at most 1000) the scan goes on until LIMIT rows passed `where`.
+            conn.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                (str(min(1000, max(HNSW_EF_SEARCH_MIN, fetch))),),
+            )
+            rows = conn.execute(
+                f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, c.embedding FROM rag_chunks c"
+                f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s",
+                (exact, *params, graph, fetch),
+                binary=True,  # 40 vectors as text cost ~6 ms of parsing here; binary ~0.1 ms
+            ).fetchall()
+        # Came back short: either the filter admits fewer chunks, or the scan limit stopped it.
+        short = len(rows) < k and self._admitted(conn, where, params, k) > len(rows)
+        return self._ranked(rows, k, short=short)
+
+    @staticmethod
+    def _admitted(conn: psycopg.Connection, where: str, params: Sequence[Any], cap: int, *, any_chunk: bool = False) -> int:
+        """How many chunks with a vector (any chunk: `any_chunk`) pass `where`, counted up to `cap`."""
+        with_vector = "TRUE" if any_chunk else "c.embedding IS NOT NULL"
+        return conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM rag_chunks c WHERE {with_vector} AND ({pg_where(where)}) LIMIT %s) x",
+            (*params, cap),
+        ).fetchone()[0]
+
+    def _ranked(self, rows: list[tuple[Any, Any, Any]], k: int, *, short: bool) -> Nearest:
         vectors = {int(r): v for r, _, v in rows}
         pool = sorted(((int(r), float(d)) for r, d, _ in rows), key=lambda item: (item[1], item[0]))
-        short = False
-        if len(pool) < k:
-            # Came back short: either the filter admits fewer chunks, or the scan limit stopped it.
-            admitted = conn.execute(
-                f"SELECT count(*) FROM (SELECT 1 FROM rag_chunks c WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) LIMIT %s) x",
-                (*params, k),
-            ).fetchone()[0]
-            short = admitted > len(pool)
         ids = [rowid for rowid, _ in pool]
         matrix = (
             np.vstack([vectors[r].to_numpy() for r in ids]).astype(np.float32) if ids else np.zeros((0, self.dim), np.float32)
@@ -426,6 +460,7 @@ class PgRagIndex:
         rows = conn.execute(
             "SELECT chunk_rowid, embedding FROM rag_chunks WHERE chunk_rowid = ANY(%s) AND embedding IS NOT NULL ORDER BY chunk_rowid",
             (list(rowids),),
+            binary=True,
         ).fetchall()
         if not rows:
             return np.zeros(0, dtype=np.int64), np.zeros((0, self.dim), dtype=np.float32)

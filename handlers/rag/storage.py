@@ -144,10 +144,11 @@ def pg_reader(index: PgRagIndex, call: Call) -> Iterator[PgReader]:
     a statement running past the deadline. The same round trip reads whether a source is disabled."""
     with index.connection() as conn:
         left_ms = max(1, int((call.deadline - time.monotonic()) * 1000))
-        enabled = conn.execute(
-            "SELECT set_config('statement_timeout', %s, true), NOT EXISTS (SELECT 1 FROM rag_sources WHERE enabled = 0)",
-            (str(left_ms),),
-        ).fetchone()[1]
+        with conn.pipeline():  # the transaction's BEGIN and this statement: one round trip
+            enabled = conn.execute(
+                "SELECT set_config('statement_timeout', %s, true), NOT EXISTS (SELECT 1 FROM rag_sources WHERE enabled = 0)",
+                (str(left_ms),),
+            ).fetchone()[1]
         try:
             yield PgReader(index, conn, sources_enabled=enabled)
         except psycopg.errors.QueryCanceled as exc:

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from gateway.errors import ConfigError, Unavailable
-from handlers.rag import fts, pg_index
+from handlers.rag import fts, pg_fts, pg_index
 from handlers.rag.pg_fts import fts_ranked, fts_snippets, hit_rows
 from handlers.rag.pg_index import PgRagIndex
 from handlers.rag.pg_ingest import SYNC_LOCK_PREFIX
@@ -81,12 +81,24 @@ def test_filtered_vector_search_fills_k_and_says_when_short(index: PgRagIndex, m
         assert {hit_rows(conn, [r])[r][3] for r, _ in filtered.rows} == {3}
         fewer = index.nearest(conn, query, 20, where="c.source_id IN (?)", params=(3,))
         assert len(fewer.rows) == 12 and not fewer.short  # only 12 exist: not "short"
-        # A scan budget below what the filter needs: pgvector stops early, and nearest says so.
+        # A scan budget below what the filter needs: through the graph pgvector stops early...
         monkeypatch.setattr(pg_index, "HNSW_EF_SEARCH_MIN", 10)  # a first pass of 40 of the 612 nodes
         conn.execute("SET LOCAL hnsw.max_scan_tuples = 30")
         conn.execute("SET LOCAL enable_sort = off")  # a table this small would be sorted exactly instead
+        small = index.nearest(conn, query, 12, where="c.source_id IN (?)", params=(3,))
+        # ...but 12 allowed chunks are few enough to be scored exactly: all of them, exact order.
+        assert [r for r, _ in small.rows] == exact_order(conn, query, "source_id = 3") and not small.short
+        monkeypatch.setattr(pg_index, "EXACT_SCAN_MAX", 5)  # now too many for that: the graph, cut short
         cut = index.nearest(conn, query, 12, where="c.source_id IN (?)", params=(3,))
         assert len(cut.rows) < 12 and cut.short
+
+
+def exact_order(conn: psycopg.Connection, query: np.ndarray, where: str) -> list[int]:
+    """The rowids passing `where`, nearest first by cosine distance computed here in numpy."""
+    rows = conn.execute(f"SELECT chunk_rowid, embedding FROM rag_chunks WHERE {where}").fetchall()
+    unit = query / np.linalg.norm(query)
+    distance = {r: 1 - float(np.dot(v.to_numpy(), unit) / np.linalg.norm(v.to_numpy())) for r, v in rows}
+    return sorted(distance, key=lambda r: (distance[r], r))
 
 
 def hit_rowid(conn: psycopg.Connection, chunk_id: str) -> int:
@@ -112,6 +124,20 @@ def test_keyword_search_ranks_stems_and_marks(index: PgRagIndex) -> None:
         assert [hit_rows(conn, [r])[r][2] for r, _ in both] == ["a"]
         only_source_2 = fts_ranked(conn, match, index.term_stats, where="c.source_id IN (?)", params=(2,), limit=10)
         assert only_source_2 == []
+
+
+def test_bm25_corpus_figures_exact_when_small_sampled_when_large(index: PgRagIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    index.write_batch([doc(f"d{i}", [" ".join(["word"] * (i % 7 + 1))]) for i in range(300)])
+    with index.connection() as conn:
+        exact = conn.execute("SELECT count(*)::float8, avg(length(fts))::float8 FROM rag_chunks").fetchone()
+        assert pg_fts.corpus_figures(conn) == exact  # never analysed: counted
+    with psycopg.connect(index.dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE rag_chunks")
+    monkeypatch.setattr(pg_fts, "SAMPLE_FROM", 100)  # 300 chunks count as large: the planner's count, a page sample
+    monkeypatch.setattr(pg_fts, "SAMPLE_ROWS", 1_000)  # more than the table: the sample is every page
+    with index.connection() as conn:
+        count, avgdl = pg_fts.corpus_figures(conn)
+    assert count == exact[0] and avgdl == pytest.approx(exact[1])
 
 
 def test_postgresql_restart_fails_unavailable_then_recovers(index: PgRagIndex, pgvector_server) -> None:
