@@ -216,6 +216,7 @@ MODES = {
     "hybrid_default": ("rag.search_hybrid", {"mode": "fuse"}),
     "rrf_blueprint": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"fusion": "rrf"}}),
     "previous_default": ("rag.search_hybrid", {"mode": "fuse", "fuse": PREVIOUS_DEFAULT}),
+    "adaptive_no_all_terms": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"w_all_terms": 0}}),
     "adaptive_feedback": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"feedback_docs": 3, "feedback_weight": 2.0}}),
     "hybrid_fts_then_vec": (
         "rag.search_hybrid",
@@ -240,7 +241,12 @@ def collect_rankings(index: RagIndex, embedder: Any, queries: dict[str, str]) ->
             terms=len(match.terms) if match is not None else 0,
             max_idf=fts.rare_term_idf(conn, match, total, fusion.RARE_IDF) if fts_rows else 0.0,
         )
-        runs[qid] = {"fts": [(r, -s) for r, s in fts_rows], "qvec": qvec, "signals": signals}
+        near = {}
+        for window in ALL_TERMS_WINDOWS:
+            all_terms = match.all_terms(window) if match is not None else None
+            rows = fts.ranked(conn, all_terms, FilterSQL("1", ()), limit=DEPTH) if all_terms is not None else []
+            near[window] = [(r, -s) for r, s in rows]
+        runs[qid] = {"fts": [(r, -s) for r, s in fts_rows], "qvec": qvec, "signals": signals, "all_terms": near}
     return {"doc_of": doc_of, "rowids": rowids, "matrix": matrix, "runs": runs}
 
 
@@ -250,27 +256,50 @@ def _nearest(rankings: dict[str, Any], query: np.ndarray) -> list[tuple[int, flo
     return [(int(rankings["rowids"][i]), float(sims[i])) for i in best]
 
 
+def _fused(run: dict[str, Any], vec_rows: list[tuple[int, float]], setting: dict[str, Any]) -> dict[int, float]:
+    """search._combine's adaptive branch, on collected rankings."""
+    weights = {k: setting[k] for k in ("w_vec", "rare_boost", "confidence", "length_exponent")}
+    fused = fusion.fuse_adaptive(run["fts"], vec_rows, run["signals"], w_fts=1.0, **weights)
+    if setting["w_all_terms"]:
+        fused = fusion.with_bonus(fused, run["all_terms"][setting["all_terms_window"]], setting["w_all_terms"], setting["rrf_k0"])
+    return fused
+
+
 def score_setting(rankings: dict[str, Any], qrels: dict[str, dict[str, int]], setting: dict[str, Any]) -> float:
     """nDCG@10 of the adaptive fusion with `setting`, over rankings collected once."""
-    weights = {k: setting[k] for k in ("w_vec", "rare_boost", "confidence", "length_exponent")}
     ndcgs = []
     for qid, run in rankings["runs"].items():
         vec_rows = run.setdefault("vec", _nearest(rankings, run["qvec"]))
-        fused = fusion.fuse_adaptive(run["fts"], vec_rows, run["signals"], w_fts=1.0, **weights)
+        fused = _fused(run, vec_rows, setting)
         if setting["feedback_docs"]:
             top = [rowid for rowid, _ in fusion.best_first(fused, setting["feedback_docs"])]
             rows = np.searchsorted(rankings["rowids"], top)
             moved = run["qvec"] + setting["feedback_weight"] * rankings["matrix"][rows].mean(axis=0)
             moved /= np.linalg.norm(moved)
-            fused = fusion.fuse_adaptive(run["fts"], _nearest(rankings, moved), run["signals"], w_fts=1.0, **weights)
+            fused = _fused(run, _nearest(rankings, moved), setting)
         ranked = list(dict.fromkeys(rankings["doc_of"][rowid] for rowid, _ in fusion.best_first(fused, 50)))
         ndcgs.append(ndcg_at(ranked, qrels[qid]))
     return statistics.fmean(ndcgs)
 
 
+# The all-terms bonus: (w_all_terms, all_terms_window, rrf_k0); the first is the default's.
+ALL_TERMS_CHOICES = ((2.0, 20, 5.0), (0.0, 0, 5.0), (1.0, 20, 5.0), (3.0, 20, 5.0), (2.0, 0, 5.0), (2.0, 10, 5.0))
+ALL_TERMS_WINDOWS = sorted({window for _, window, _ in ALL_TERMS_CHOICES})
 LOO_GRID = [
-    {"w_vec": w, "rare_boost": b, "confidence": c, "length_exponent": g, "feedback_docs": f, "feedback_weight": 1.0}
-    for w, b, c, g, f in itertools.product((1.5, 1.0, 2.0), (1.0, 0.0, 0.5), (0.25, 0.0), (0.5, 0.0, 1.0), (0, 3))
+    {
+        "w_vec": w,
+        "rare_boost": b,
+        "confidence": c,
+        "length_exponent": g,
+        "feedback_docs": f,
+        "feedback_weight": 2.0,
+        "w_all_terms": a[0],
+        "all_terms_window": a[1],
+        "rrf_k0": a[2],
+    }
+    for w, b, c, g, f, a in itertools.product(
+        (1.5, 1.0, 2.0), (0.5, 0.0, 1.0), (0.0, 0.25), (0.0, 0.5), (0, 3), ALL_TERMS_CHOICES
+    )
 ]
 
 

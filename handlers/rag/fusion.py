@@ -127,6 +127,22 @@ def fuse_rrf(rankings: Sequence[tuple[Ranking, float]], k0: float) -> dict[int, 
     return fused
 
 
+def rank_bonus(ranking: Ranking, weight: float, k0: float) -> dict[int, float]:
+    """adaptive's bonus for the chunks of a precision ranking (all query words, close together):
+    weight x (k0 + 1) / (k0 + rank), so its best hit gets `weight` (in z-score units) and the
+    bonus fades down the list as RRF's terms do."""
+    return {rowid: weight * (k0 + 1) / (k0 + rank) for rank, (rowid, _) in enumerate(ranking, start=1)}
+
+
+def with_bonus(fused: dict[int, float], ranking: Ranking, weight: float, k0: float) -> dict[int, float]:
+    """`fused` with rank_bonus added to the candidates it already holds (a chunk neither ranking
+    found is not brought in by the bonus alone)."""
+    for rowid, bonus in rank_bonus(ranking, weight, k0).items():
+        if rowid in fused:
+            fused[rowid] += bonus
+    return fused
+
+
 def best_first(fused: Mapping[int, float], k: int) -> list[tuple[int, float]]:
     """The top k (rowid, score), ties broken by rowid so the order is deterministic."""
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]

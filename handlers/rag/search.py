@@ -103,7 +103,7 @@ def search_fuse(
     # empty and changes nothing), decisive for a keyword lookup under RRF, where the vector
     # ranking alone would drag the fused order below plain FTS. Adaptive fusion gets that from
     # the rare-word weight instead, so it skips this query unless asked.
-    all_terms = match.all_terms() if match is not None and settings.w_all_terms > 0 else None
+    all_terms = match.all_terms(settings.all_terms_window) if match is not None and settings.w_all_terms > 0 else None
     all_rows = reader.fts_ranked(all_terms, flt, limit=fts_k) if all_terms is not None else []
     signals = None
     if settings.fusion == "adaptive":
@@ -165,10 +165,8 @@ def _combine(
     fused = fusion.fuse_adaptive(
         fts_scores, vec_scores, signals, w_fts=settings.w_fts, w_vec=settings.w_vec, rare_boost=settings.rare_boost
     )
-    if all_rows and settings.w_all_terms > 0:  # asked for explicitly: a bonus by rank, as in RRF
-        for rowid, bonus in fusion.fuse_rrf([(all_rows, settings.w_all_terms)], settings.rrf_k0).items():
-            if rowid in fused:
-                fused[rowid] += bonus
+    if all_rows and settings.w_all_terms > 0:  # a bonus by rank for the chunks holding every query word
+        fused = fusion.with_bonus(fused, all_rows, settings.w_all_terms, settings.rrf_k0)
     return fused
 
 
