@@ -9,7 +9,9 @@ For each, a fresh index is built through the real indexing code (the ingestion c
 template, RagIndex.write_batch), opened with the real RagHandler, and every query runs through
 the real tool functions (handler.execute_tool: validation, caps, shaping). Printed: nDCG@10 and
 recall@100 of fts, vector, the default hybrid, the blueprint's plain RRF (k0 60, equal weights),
-the previous default (RRF k0 20, w_vec 1.25, all-words ranking, feedback) and fts_then_vec.
+the previous RRF default (k0 20, w_vec 1.25, all-words ranking, feedback), the adaptive default as
+issue 12 found it (no close-words bonus, no feedback), the default without its feedback, and
+fts_then_vec.
 
 Leave-one-out (`--loo`, on by default): the rankings of every query are collected once from the
 same index (FTS5 bm25; exact cosine over the stored vectors), the adaptive fusion of
@@ -216,8 +218,9 @@ MODES = {
     "hybrid_default": ("rag.search_hybrid", {"mode": "fuse"}),
     "rrf_blueprint": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"fusion": "rrf"}}),
     "previous_default": ("rag.search_hybrid", {"mode": "fuse", "fuse": PREVIOUS_DEFAULT}),
-    "adaptive_no_all_terms": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"w_all_terms": 0}}),
-    "adaptive_feedback": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"feedback_docs": 3, "feedback_weight": 2.0}}),
+    # the adaptive default before the close-words bonus and the long-query feedback (issue 12's start)
+    "adaptive_start": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"w_all_terms": 0, "feedback_docs": 0}}),
+    "adaptive_no_feedback": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"feedback_docs": 0}}),
     "hybrid_fts_then_vec": (
         "rag.search_hybrid",
         {"mode": "fts_then_vec", "fts_then_vec": {"candidates_k": 500, "rerank_k": 100}},
@@ -271,7 +274,7 @@ def score_setting(rankings: dict[str, Any], qrels: dict[str, dict[str, int]], se
     for qid, run in rankings["runs"].items():
         vec_rows = run.setdefault("vec", _nearest(rankings, run["qvec"]))
         fused = _fused(run, vec_rows, setting)
-        if setting["feedback_docs"]:
+        if setting["feedback_docs"] and run["signals"].terms >= setting["feedback_min_terms"]:
             top = [rowid for rowid, _ in fusion.best_first(fused, setting["feedback_docs"])]
             rows = np.searchsorted(rankings["rowids"], top)
             moved = run["qvec"] + setting["feedback_weight"] * rankings["matrix"][rows].mean(axis=0)
@@ -282,24 +285,25 @@ def score_setting(rankings: dict[str, Any], qrels: dict[str, dict[str, int]], se
     return statistics.fmean(ndcgs)
 
 
-# The all-terms bonus: (w_all_terms, all_terms_window, rrf_k0); the first is the default's.
+# The all-terms bonus: (w_all_terms, all_terms_window, rrf_k0); feedback: (docs, weight, min_terms).
+# The first of each is the default's.
 ALL_TERMS_CHOICES = ((2.0, 20, 5.0), (0.0, 0, 5.0), (1.0, 20, 5.0), (3.0, 20, 5.0), (2.0, 0, 5.0), (2.0, 10, 5.0))
 ALL_TERMS_WINDOWS = sorted({window for _, window, _ in ALL_TERMS_CHOICES})
+FEEDBACK_CHOICES = ((2, 4.0, 8), (0, 2.0, 0), (3, 2.0, 0), (3, 2.0, 6), (2, 4.0, 6), (3, 2.0, 8))
 LOO_GRID = [
     {
         "w_vec": w,
         "rare_boost": b,
-        "confidence": c,
-        "length_exponent": g,
-        "feedback_docs": f,
-        "feedback_weight": 2.0,
+        "confidence": 0.0,
+        "length_exponent": 0.0,
+        "feedback_docs": f[0],
+        "feedback_weight": f[1],
+        "feedback_min_terms": f[2],
         "w_all_terms": a[0],
         "all_terms_window": a[1],
         "rrf_k0": a[2],
     }
-    for w, b, c, g, f, a in itertools.product(
-        (1.5, 1.0, 2.0), (0.5, 0.0, 1.0), (0.0, 0.25), (0.0, 0.5), (0, 3), ALL_TERMS_CHOICES
-    )
+    for w, b, f, a in itertools.product((1.5, 1.0, 2.0), (0.5, 0.0, 1.0), FEEDBACK_CHOICES, ALL_TERMS_CHOICES)
 ]
 
 

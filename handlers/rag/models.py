@@ -198,6 +198,13 @@ class FuseParams(ToolInput):
     feedback_weight: float | None = Field(
         None, ge=0, le=10, description="Weight of the feedback centroid added to the unit query vector."
     )
+    feedback_min_terms: int | None = Field(
+        None,
+        ge=0,
+        le=64,
+        description="Feedback only for queries with at least this many searchable words (0: every query). A long "
+        "description of a topic gains from feedback; a keyword lookup or a question loses.",
+    )
 
     def resolved(self) -> ResolvedFuse:
         defaults = RESOLVED_DEFAULTS[self.fusion]
@@ -216,13 +223,14 @@ class ResolvedFuse:
     rare_boost: float
     feedback_docs: int
     feedback_weight: float
+    feedback_min_terms: int
 
 
 # The defaults of each fusion, chosen on four collections (bench/retrieval_eval.py, bench/README.md).
 # "rrf" alone is the blueprint's plain RRF, the baseline the adaptive default is measured against.
 RESOLVED_DEFAULTS = {
-    "adaptive": ResolvedFuse("adaptive", rrf_k0=5.0, w_fts=1.0, w_vec=1.5, w_all_terms=2.0, all_terms_window=20, rare_boost=0.5, feedback_docs=0, feedback_weight=1.0),
-    "rrf": ResolvedFuse("rrf", rrf_k0=60.0, w_fts=1.0, w_vec=1.0, w_all_terms=0.0, all_terms_window=0, rare_boost=0.0, feedback_docs=0, feedback_weight=2.0),
+    "adaptive": ResolvedFuse("adaptive", rrf_k0=5.0, w_fts=1.0, w_vec=1.5, w_all_terms=2.0, all_terms_window=20, rare_boost=0.5, feedback_docs=2, feedback_weight=4.0, feedback_min_terms=8),
+    "rrf": ResolvedFuse("rrf", rrf_k0=60.0, w_fts=1.0, w_vec=1.0, w_all_terms=0.0, all_terms_window=0, rare_boost=0.0, feedback_docs=0, feedback_weight=2.0, feedback_min_terms=0),
 }  # fmt: skip
 
 

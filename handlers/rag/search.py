@@ -118,7 +118,8 @@ def search_fuse(
     vec_rows = pool.nearest(unit, vec_k) if pool is not None else []
     call.check_deadline()
     fused = _combine(fts_rows, vec_rows, vec_rows, all_rows, signals, settings)
-    if settings.feedback_docs and vec_rows:
+    terms = len(match.terms) if match is not None else 0
+    if settings.feedback_docs and vec_rows and terms >= settings.feedback_min_terms:
         # Pseudo-relevance feedback (Rocchio) on the query vector: the top fused chunks, which
         # both rankings vouch for, pull the query towards the vocabulary of the relevant
         # documents; the vector ranking is redone with it and fused again (bench/README.md).
