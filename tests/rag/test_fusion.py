@@ -187,7 +187,9 @@ def test_near_keeps_chunks_whose_query_words_are_close(conn: apsw.Connection) ->
     assert [rowid for rowid, _ in close] == [5001]
 
 
-def test_the_adaptive_default_adds_the_close_words_bonus() -> None:
+def test_the_adaptive_default_adds_the_close_words_bonus_and_long_query_feedback() -> None:
     default = FuseParams().resolved()
     assert (default.w_all_terms, default.all_terms_window, default.rrf_k0) == (2.0, 20, 5.0)
-    assert FuseParams(fusion="rrf").resolved().all_terms_window == 0  # the blueprint has no third ranking
+    assert (default.feedback_docs, default.feedback_weight, default.feedback_min_terms) == (2, 4.0, 8)
+    blueprint = FuseParams(fusion="rrf").resolved()  # no third ranking, no feedback
+    assert (blueprint.w_all_terms, blueprint.all_terms_window, blueprint.feedback_docs) == (0.0, 0, 0)
