@@ -15,6 +15,15 @@ Two ways, chosen per call by FuseParams.fusion:
     collection fell from FTS's 0.68 to 0.60-0.65.
   * the length and confidence factors (a long question leans on the vector ranking; a ranking
     sure of its best hit counts more) are measured but off by default: see CONFIDENCE.
+  Two additions, both in search.py with their settings in models.FuseParams:
+  * a close-words bonus (rank_bonus): the chunks holding every query word within 20 tokens
+    (FTS5 NEAR) get up to 2 z-units, fading by rank. Index entries and section titles name one
+    thing whose words stand together in the chunk that is about it; this lifted the keyword
+    collection above FTS alone and the manual 0.02 above RRF. A long question's words are
+    seldom all within 20 tokens, so it rarely changes those.
+  * vector feedback (Rocchio, 2 chunks, weight 4) only for queries of 8+ searchable words: a long
+    description of a topic has many relevant chunks that feedback finds; a lookup or a question
+    has one, and feedback drifts away from it.
 - "rrf": reciprocal rank fusion, score = sum of w / (rrf_k0 + rank) (the blueprint's).
 
 Both return {rowid: fused score} (higher is better); search.py sorts and scales it to [0, 1].

@@ -99,10 +99,10 @@ def search_fuse(
     fts_k = call.clamp(params.fts_k, call.caps.candidates_max)
     vec_k = call.clamp(params.vec_k, call.caps.candidates_max)
     fts_rows = reader.fts_ranked(match, flt, limit=fts_k) if match is not None and settings.w_fts > 0 else []
-    # Chunks holding every query word: rare for a natural-language question (then this list is
-    # empty and changes nothing), decisive for a keyword lookup under RRF, where the vector
-    # ranking alone would drag the fused order below plain FTS. Adaptive fusion gets that from
-    # the rare-word weight instead, so it skips this query unless asked.
+    # Chunks holding every query word (by default in adaptive: within 20 tokens of each other):
+    # rare for a natural-language question (then this list is empty and changes nothing),
+    # decisive for a keyword lookup or a section title, where the vector ranking alone would
+    # drag the fused order below plain FTS. The blueprint's RRF skips it unless asked.
     all_terms = match.all_terms(settings.all_terms_window) if match is not None and settings.w_all_terms > 0 else None
     all_rows = reader.fts_ranked(all_terms, flt, limit=fts_k) if all_terms is not None else []
     signals = None
@@ -123,6 +123,8 @@ def search_fuse(
         # Pseudo-relevance feedback (Rocchio) on the query vector: the top fused chunks, which
         # both rankings vouch for, pull the query towards the vocabulary of the relevant
         # documents; the vector ranking is redone with it and fused again (bench/README.md).
+        # Only for long queries by default: a short lookup or a question has one right chunk,
+        # which feedback drifts away from.
         # The moved query is ranked over the first search's candidates (twice vec_k, exact
         # floats already read) rather than by a second search, with the feedback chunks added.
         top = [rowid for rowid, _ in fusion.best_first(fused, settings.feedback_docs)]
