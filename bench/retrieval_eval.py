@@ -272,7 +272,9 @@ def score_setting(rankings: dict[str, Any], qrels: dict[str, dict[str, int]], se
     """nDCG@10 of the adaptive fusion with `setting`, over rankings collected once."""
     ndcgs = []
     for qid, run in rankings["runs"].items():
-        vec_rows = run.setdefault("vec", _nearest(rankings, run["qvec"]))
+        if "vec" not in run:  # once per query, not once per setting
+            run["vec"] = _nearest(rankings, run["qvec"])
+        vec_rows = run["vec"]
         fused = _fused(run, vec_rows, setting)
         if setting["feedback_docs"] and run["signals"].terms >= setting["feedback_min_terms"]:
             top = [rowid for rowid, _ in fusion.best_first(fused, setting["feedback_docs"])]
