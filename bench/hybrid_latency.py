@@ -39,7 +39,7 @@ from handlers.rag.embeddings import QueryEmbeddingCache
 
 chunks, dim, count, out_dir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 texts, _ = Corpus(chunks, dim).queries(count)
-handler, embedder = _open_handler(out_dir, out_dir / "rag.db")
+handler, embedder = _open_handler(out_dir, out_dir / "rag.db", {})
 cases = {
     "hybrid_fuse": ("rag.search_hybrid", {"mode": "fuse"}),
     "hybrid_fts_then_vec": ("rag.search_hybrid", {"mode": "fts_then_vec"}),

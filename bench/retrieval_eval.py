@@ -9,7 +9,9 @@ For each, a fresh index is built through the real indexing code (the ingestion c
 template, RagIndex.write_batch), opened with the real RagHandler, and every query runs through
 the real tool functions (handler.execute_tool: validation, caps, shaping). Printed: nDCG@10 and
 recall@100 of fts, vector, the default hybrid, the blueprint's plain RRF (k0 60, equal weights),
-the previous default (RRF k0 20, w_vec 1.25, all-words ranking, feedback) and fts_then_vec.
+the previous RRF default (k0 20, w_vec 1.25, all-words ranking, feedback), the adaptive default as
+issue 12 found it (no close-words bonus, no feedback), the default without its feedback, and
+fts_then_vec.
 
 Leave-one-out (`--loo`, on by default): the rankings of every query are collected once from the
 same index (FTS5 bm25; exact cosine over the stored vectors), the adaptive fusion of
@@ -216,7 +218,9 @@ MODES = {
     "hybrid_default": ("rag.search_hybrid", {"mode": "fuse"}),
     "rrf_blueprint": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"fusion": "rrf"}}),
     "previous_default": ("rag.search_hybrid", {"mode": "fuse", "fuse": PREVIOUS_DEFAULT}),
-    "adaptive_feedback": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"feedback_docs": 3, "feedback_weight": 2.0}}),
+    # the adaptive default before the close-words bonus and the long-query feedback (issue 12's start)
+    "adaptive_start": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"w_all_terms": 0, "feedback_docs": 0}}),
+    "adaptive_no_feedback": ("rag.search_hybrid", {"mode": "fuse", "fuse": {"feedback_docs": 0}}),
     "hybrid_fts_then_vec": (
         "rag.search_hybrid",
         {"mode": "fts_then_vec", "fts_then_vec": {"candidates_k": 500, "rerank_k": 100}},
@@ -240,7 +244,12 @@ def collect_rankings(index: RagIndex, embedder: Any, queries: dict[str, str]) ->
             terms=len(match.terms) if match is not None else 0,
             max_idf=fts.rare_term_idf(conn, match, total, fusion.RARE_IDF) if fts_rows else 0.0,
         )
-        runs[qid] = {"fts": [(r, -s) for r, s in fts_rows], "qvec": qvec, "signals": signals}
+        near = {}
+        for window in ALL_TERMS_WINDOWS:
+            all_terms = match.all_terms(window) if match is not None else None
+            rows = fts.ranked(conn, all_terms, FilterSQL("1", ()), limit=DEPTH) if all_terms is not None else []
+            near[window] = [(r, -s) for r, s in rows]
+        runs[qid] = {"fts": [(r, -s) for r, s in fts_rows], "qvec": qvec, "signals": signals, "all_terms": near}
     return {"doc_of": doc_of, "rowids": rowids, "matrix": matrix, "runs": runs}
 
 
@@ -250,27 +259,53 @@ def _nearest(rankings: dict[str, Any], query: np.ndarray) -> list[tuple[int, flo
     return [(int(rankings["rowids"][i]), float(sims[i])) for i in best]
 
 
+def _fused(run: dict[str, Any], vec_rows: list[tuple[int, float]], setting: dict[str, Any]) -> dict[int, float]:
+    """search._combine's adaptive branch, on collected rankings."""
+    weights = {k: setting[k] for k in ("w_vec", "rare_boost", "confidence", "length_exponent")}
+    fused = fusion.fuse_adaptive(run["fts"], vec_rows, run["signals"], w_fts=1.0, **weights)
+    if setting["w_all_terms"]:
+        fused = fusion.with_bonus(fused, run["all_terms"][setting["all_terms_window"]], setting["w_all_terms"], setting["rrf_k0"])
+    return fused
+
+
 def score_setting(rankings: dict[str, Any], qrels: dict[str, dict[str, int]], setting: dict[str, Any]) -> float:
     """nDCG@10 of the adaptive fusion with `setting`, over rankings collected once."""
-    weights = {k: setting[k] for k in ("w_vec", "rare_boost", "confidence", "length_exponent")}
     ndcgs = []
     for qid, run in rankings["runs"].items():
-        vec_rows = run.setdefault("vec", _nearest(rankings, run["qvec"]))
-        fused = fusion.fuse_adaptive(run["fts"], vec_rows, run["signals"], w_fts=1.0, **weights)
-        if setting["feedback_docs"]:
+        if "vec" not in run:  # once per query, not once per setting
+            run["vec"] = _nearest(rankings, run["qvec"])
+        vec_rows = run["vec"]
+        fused = _fused(run, vec_rows, setting)
+        if setting["feedback_docs"] and run["signals"].terms >= setting["feedback_min_terms"]:
             top = [rowid for rowid, _ in fusion.best_first(fused, setting["feedback_docs"])]
             rows = np.searchsorted(rankings["rowids"], top)
             moved = run["qvec"] + setting["feedback_weight"] * rankings["matrix"][rows].mean(axis=0)
             moved /= np.linalg.norm(moved)
-            fused = fusion.fuse_adaptive(run["fts"], _nearest(rankings, moved), run["signals"], w_fts=1.0, **weights)
+            fused = _fused(run, _nearest(rankings, moved), setting)
         ranked = list(dict.fromkeys(rankings["doc_of"][rowid] for rowid, _ in fusion.best_first(fused, 50)))
         ndcgs.append(ndcg_at(ranked, qrels[qid]))
     return statistics.fmean(ndcgs)
 
 
+# The all-terms bonus: (w_all_terms, all_terms_window, rrf_k0); feedback: (docs, weight, min_terms).
+# The first of each is the default's.
+ALL_TERMS_CHOICES = ((2.0, 20, 5.0), (0.0, 0, 5.0), (1.0, 20, 5.0), (3.0, 20, 5.0), (2.0, 0, 5.0), (2.0, 10, 5.0))
+ALL_TERMS_WINDOWS = sorted({window for _, window, _ in ALL_TERMS_CHOICES})
+FEEDBACK_CHOICES = ((2, 4.0, 8), (0, 2.0, 0), (3, 2.0, 0), (3, 2.0, 6), (2, 4.0, 6), (3, 2.0, 8))
 LOO_GRID = [
-    {"w_vec": w, "rare_boost": b, "confidence": c, "length_exponent": g, "feedback_docs": f, "feedback_weight": 1.0}
-    for w, b, c, g, f in itertools.product((1.5, 1.0, 2.0), (1.0, 0.0, 0.5), (0.25, 0.0), (0.5, 0.0, 1.0), (0, 3))
+    {
+        "w_vec": w,
+        "rare_boost": b,
+        "confidence": 0.0,
+        "length_exponent": 0.0,
+        "feedback_docs": f[0],
+        "feedback_weight": f[1],
+        "feedback_min_terms": f[2],
+        "w_all_terms": a[0],
+        "all_terms_window": a[1],
+        "rrf_k0": a[2],
+    }
+    for w, b, f, a in itertools.product((1.5, 1.0, 2.0), (0.5, 0.0, 1.0), FEEDBACK_CHOICES, ALL_TERMS_CHOICES)
 ]
 
 

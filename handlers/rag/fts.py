@@ -114,11 +114,18 @@ class MatchQuery:
     user_syntax: bool  # True: a parse error is the caller's, not ours
     terms_dropped: bool = False
     terms: tuple[str, ...] = ()  # the quoted terms (text syntax only)
+    window: int = 0  # all_terms(window > 0): the terms within this many tokens (FTS5 NEAR)
 
-    def all_terms(self) -> MatchQuery | None:
-        """The conjunctive form (every term must match), or None when it would add nothing."""
+    def all_terms(self, window: int = 0) -> MatchQuery | None:
+        """The conjunctive form (every term must match), or None when it would add nothing.
+        With `window`, every term must occur within `window` tokens of the others: FTS5's
+        NEAR group. A short keyword query ("augmented assignment", a section title) names one
+        thing, and the chunk that names it holds its words together, not scattered through a
+        long body (bench/README.md, retrieval quality)."""
         if self.user_syntax or len(self.terms) < 2:
             return None
+        if window > 0:
+            return MatchQuery(f"NEAR({' '.join(self.terms)}, {window})", user_syntax=False, terms=self.terms, window=window)
         return MatchQuery(" AND ".join(self.terms), user_syntax=False, terms=self.terms)
 
 

@@ -161,7 +161,11 @@ class FuseParams(ToolInput):
     fts_k: int = Field(100, ge=1, le=MAX_K, description="FTS candidates fused (capped by rag-candidates_max).")
     vec_k: int = Field(100, ge=1, le=MAX_K, description="Vector candidates fused (capped by rag-candidates_max).")
     rrf_k0: float | None = Field(
-        None, ge=0, le=MAX_WEIGHT, description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec)."
+        None,
+        ge=0,
+        le=MAX_WEIGHT,
+        description="RRF constant: score = w_fts/(k0+rank_fts) + w_vec/(k0+rank_vec). adaptive: how fast the all-terms "
+        "bonus fades, w_all_terms*(k0+1)/(k0+rank).",
     )
     w_fts: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="Weight of the keyword ranking.")
     w_vec: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="Weight of the vector ranking.")
@@ -169,7 +173,15 @@ class FuseParams(ToolInput):
         None,
         ge=0,
         le=MAX_WEIGHT,
-        description="Weight of a third ranking: the FTS matches that contain every query word (a precision signal).",
+        description="Weight of a third ranking: the FTS matches that contain every query word (a precision signal). "
+        "adaptive: the bonus its best hit gets, in z-score units (0: off).",
+    )
+    all_terms_window: int | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="The all-terms ranking keeps a chunk only when the query words occur within this many tokens of "
+        "each other (FTS5 NEAR; 0: anywhere in the chunk; PostgreSQL: anywhere).",
     )
     rare_boost: float | None = Field(
         None,
@@ -186,6 +198,13 @@ class FuseParams(ToolInput):
     feedback_weight: float | None = Field(
         None, ge=0, le=10, description="Weight of the feedback centroid added to the unit query vector."
     )
+    feedback_min_terms: int | None = Field(
+        None,
+        ge=0,
+        le=64,
+        description="Feedback only for queries with at least this many searchable words (0: every query). A long "
+        "description of a topic gains from feedback; a keyword lookup or a question loses.",
+    )
 
     def resolved(self) -> ResolvedFuse:
         defaults = RESOLVED_DEFAULTS[self.fusion]
@@ -200,16 +219,18 @@ class ResolvedFuse:
     w_fts: float
     w_vec: float
     w_all_terms: float
+    all_terms_window: int
     rare_boost: float
     feedback_docs: int
     feedback_weight: float
+    feedback_min_terms: int
 
 
 # The defaults of each fusion, chosen on four collections (bench/retrieval_eval.py, bench/README.md).
 # "rrf" alone is the blueprint's plain RRF, the baseline the adaptive default is measured against.
 RESOLVED_DEFAULTS = {
-    "adaptive": ResolvedFuse("adaptive", rrf_k0=60.0, w_fts=1.0, w_vec=1.5, w_all_terms=0.0, rare_boost=0.5, feedback_docs=0, feedback_weight=1.0),
-    "rrf": ResolvedFuse("rrf", rrf_k0=60.0, w_fts=1.0, w_vec=1.0, w_all_terms=0.0, rare_boost=0.0, feedback_docs=0, feedback_weight=2.0),
+    "adaptive": ResolvedFuse("adaptive", rrf_k0=5.0, w_fts=1.0, w_vec=1.5, w_all_terms=2.0, all_terms_window=20, rare_boost=0.5, feedback_docs=2, feedback_weight=4.0, feedback_min_terms=8),
+    "rrf": ResolvedFuse("rrf", rrf_k0=60.0, w_fts=1.0, w_vec=1.0, w_all_terms=0.0, all_terms_window=0, rare_boost=0.0, feedback_docs=0, feedback_weight=2.0, feedback_min_terms=0),
 }  # fmt: skip
 
 

@@ -99,11 +99,11 @@ def search_fuse(
     fts_k = call.clamp(params.fts_k, call.caps.candidates_max)
     vec_k = call.clamp(params.vec_k, call.caps.candidates_max)
     fts_rows = reader.fts_ranked(match, flt, limit=fts_k) if match is not None and settings.w_fts > 0 else []
-    # Chunks holding every query word: rare for a natural-language question (then this list is
-    # empty and changes nothing), decisive for a keyword lookup under RRF, where the vector
-    # ranking alone would drag the fused order below plain FTS. Adaptive fusion gets that from
-    # the rare-word weight instead, so it skips this query unless asked.
-    all_terms = match.all_terms() if match is not None and settings.w_all_terms > 0 else None
+    # Chunks holding every query word (by default in adaptive: within 20 tokens of each other):
+    # rare for a natural-language question (then this list is empty and changes nothing),
+    # decisive for a keyword lookup or a section title, where the vector ranking alone would
+    # drag the fused order below plain FTS. The blueprint's RRF skips it unless asked.
+    all_terms = match.all_terms(settings.all_terms_window) if match is not None and settings.w_all_terms > 0 else None
     all_rows = reader.fts_ranked(all_terms, flt, limit=fts_k) if all_terms is not None else []
     signals = None
     if settings.fusion == "adaptive":
@@ -118,10 +118,13 @@ def search_fuse(
     vec_rows = pool.nearest(unit, vec_k) if pool is not None else []
     call.check_deadline()
     fused = _combine(fts_rows, vec_rows, vec_rows, all_rows, signals, settings)
-    if settings.feedback_docs and vec_rows:
+    terms = len(match.terms) if match is not None else 0
+    if settings.feedback_docs and vec_rows and terms >= settings.feedback_min_terms:
         # Pseudo-relevance feedback (Rocchio) on the query vector: the top fused chunks, which
         # both rankings vouch for, pull the query towards the vocabulary of the relevant
         # documents; the vector ranking is redone with it and fused again (bench/README.md).
+        # Only for long queries by default: a short lookup or a question has one right chunk,
+        # which feedback drifts away from.
         # The moved query is ranked over the first search's candidates (twice vec_k, exact
         # floats already read) rather than by a second search, with the feedback chunks added.
         top = [rowid for rowid, _ in fusion.best_first(fused, settings.feedback_docs)]
@@ -165,10 +168,8 @@ def _combine(
     fused = fusion.fuse_adaptive(
         fts_scores, vec_scores, signals, w_fts=settings.w_fts, w_vec=settings.w_vec, rare_boost=settings.rare_boost
     )
-    if all_rows and settings.w_all_terms > 0:  # asked for explicitly: a bonus by rank, as in RRF
-        for rowid, bonus in fusion.fuse_rrf([(all_rows, settings.w_all_terms)], settings.rrf_k0).items():
-            if rowid in fused:
-                fused[rowid] += bonus
+    if all_rows and settings.w_all_terms > 0:  # a bonus by rank for the chunks holding every query word
+        fused = fusion.with_bonus(fused, all_rows, settings.w_all_terms, settings.rrf_k0)
     return fused
 
 

@@ -108,11 +108,17 @@ class PgReader:
 
     def fts_ranked(self, match: fts.MatchQuery, flt: FilterSQL, *, limit: int, offset: int = 0) -> list[tuple[int, float]]:
         return self._fts.fts_ranked(
-            self.conn, match, self.index.term_stats, where=flt.where, params=flt.params, limit=limit, offset=offset
+            self.conn,
+            _without_window(match),
+            self.index.term_stats,
+            where=flt.where,
+            params=flt.params,
+            limit=limit,
+            offset=offset,
         )
 
     def fts_raw_of(self, match: fts.MatchQuery, rowids: list[int]) -> dict[int, float]:
-        return self._fts.fts_raw_of(self.conn, match, self.index.term_stats, rowids)
+        return self._fts.fts_raw_of(self.conn, _without_window(match), self.index.term_stats, rowids)
 
     def snippets(self, match: fts.MatchQuery, rowids: list[int], *, tokens: int) -> dict[int, str]:
         marked = self._fts.fts_snippets(
@@ -136,6 +142,12 @@ class PgReader:
 
     def read_vectors(self, rowids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         return self.index.read_vectors(self.conn, rowids)
+
+
+def _without_window(match: fts.MatchQuery) -> fts.MatchQuery:
+    """tsquery has no "within N words" operator (<N> is an exact distance): on PostgreSQL the
+    all-terms ranking with a window is the all-terms ranking (every word, anywhere)."""
+    return (match.all_terms() or match) if match.window else match
 
 
 @contextlib.contextmanager

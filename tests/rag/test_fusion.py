@@ -8,6 +8,7 @@ import apsw
 import pytest
 
 from handlers.rag import fts, fusion
+from handlers.rag.filters import FilterSQL
 from handlers.rag.models import RESOLVED_DEFAULTS, FuseParams
 
 SHORT = fusion.QuerySignals(terms=4, max_idf=0.0)  # length factor 1, no rare word
@@ -149,3 +150,46 @@ def test_rare_term_idf_is_the_rarest_counted_words_idf(conn: apsw.Connection) ->
     assert fts.rare_term_idf(conn, fts.build_match("common frequentish absentword"), 1000, fusion.RARE_IDF) == 0.0
     assert fts.rare_term_idf(conn, fts.build_match("zygomorphic", syntax="fts5"), 1000, fusion.RARE_IDF) == 0.0
     assert fts.rare_term_idf(conn, None, 1000, fusion.RARE_IDF) == 0.0
+
+
+# -- the all-terms bonus: every query word, close together ---------------------------------------------
+def test_rank_bonus_gives_the_best_hit_the_weight_and_fades_by_rank() -> None:
+    bonus = fusion.rank_bonus([(7, 3.0), (8, 2.0), (9, 1.0)], 2.0, 5.0)
+    assert bonus == pytest.approx({7: 2.0, 8: 2.0 * 6 / 7, 9: 2.0 * 6 / 8})
+    fused = fusion.with_bonus({7: 0.5, 9: 1.0, 10: 0.0}, [(7, 3.0), (8, 2.0), (9, 1.0)], 2.0, 5.0)
+    # 8 is in neither ranking's candidates: the bonus alone does not bring it in.
+    assert fused == pytest.approx({7: 2.5, 9: 1.0 + 1.5, 10: 0.0})
+
+
+def test_the_windowed_all_terms_form_is_a_near_group() -> None:
+    match = fts.build_match("augmented assignment statement")
+    assert match.all_terms().expression == '"augmented" AND "assignment" AND "statement"'
+    near = match.all_terms(20)
+    assert near.expression == 'NEAR("augmented" "assignment" "statement", 20)' and near.window == 20
+    assert fts.build_match("one").all_terms(20) is None  # a single word: the any-words ranking already is it
+    assert fts.build_match('"a" NEAR b', syntax="fts5").all_terms(20) is None
+
+
+def test_near_keeps_chunks_whose_query_words_are_close(conn: apsw.Connection) -> None:
+    filler = " ".join(f"w{n}" for n in range(40))
+    conn.execute(
+        "INSERT INTO rag_fts_chunks(rowid, chunk_id, title, body) VALUES (5001, 'close', '', ?)",
+        (f"augmented assignment {filler}",),
+    )
+    conn.execute(
+        "INSERT INTO rag_fts_chunks(rowid, chunk_id, title, body) VALUES (5002, 'apart', '', ?)",
+        (f"augmented {filler} assignment",),
+    )
+    match = fts.build_match("augmented assignment")
+    everywhere = fts.ranked(conn, match.all_terms(), FilterSQL("TRUE", ()), limit=10)
+    close = fts.ranked(conn, match.all_terms(20), FilterSQL("TRUE", ()), limit=10)
+    assert {rowid for rowid, _ in everywhere} == {5001, 5002}
+    assert [rowid for rowid, _ in close] == [5001]
+
+
+def test_the_adaptive_default_adds_the_close_words_bonus_and_long_query_feedback() -> None:
+    default = FuseParams().resolved()
+    assert (default.w_all_terms, default.all_terms_window, default.rrf_k0) == (2.0, 20, 5.0)
+    assert (default.feedback_docs, default.feedback_weight, default.feedback_min_terms) == (2, 4.0, 8)
+    blueprint = FuseParams(fusion="rrf").resolved()  # no third ranking, no feedback
+    assert (blueprint.w_all_terms, blueprint.all_terms_window, blueprint.feedback_docs) == (0.0, 0, 0)

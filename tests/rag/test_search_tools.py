@@ -357,15 +357,30 @@ def test_fuse_is_rrf_with_float_weights_and_debug_ranks(gw: Gateway) -> None:
 
 def test_fuse_puts_chunks_with_every_query_word_first(gw: Gateway) -> None:
     # "json" and "mysql" appear together only in the two json documents.
-    out = gw.ok("rag.search_hybrid", {"query": "json mysql", "k": 10})["results"]
-    assert {h["doc_id"] for h in out[:2]} == {"s1:0", "s1:6"}
-    # The all-words ranking is a third list only when asked for (RRF's keyword-lookup fix).
-    assert not any(h["debug"]["rank_all_terms"] for h in out)
-    for fusion in ("adaptive", "rrf"):
-        fuse = {"fusion": fusion, "w_all_terms": 1.0}
+    # The adaptive default ranks the chunks holding every query word within 20 tokens (a bonus);
+    # the blueprint's RRF has that third list only when asked for, and so has adaptive without it.
+    for fuse in ({}, {"all_terms_window": 0}, {"fusion": "rrf", "w_all_terms": 1.0}):
         out = gw.ok("rag.search_hybrid", {"query": "json mysql", "k": 10, "fuse": fuse})["results"]
         assert {h["doc_id"] for h in out[:2]} == {"s1:0", "s1:6"}
         assert all(h["debug"]["rank_all_terms"] for h in out[:2]) and not any(h["debug"]["rank_all_terms"] for h in out[2:])
+    for fuse in ({"w_all_terms": 0}, {"fusion": "rrf"}):
+        out = gw.ok("rag.search_hybrid", {"query": "json mysql", "k": 10, "fuse": fuse})["results"]
+        assert {h["doc_id"] for h in out[:2]} == {"s1:0", "s1:6"}
+        assert not any(h["debug"]["rank_all_terms"] for h in out)
+
+
+def test_feedback_runs_only_for_queries_with_enough_words(gw: Gateway) -> None:
+    def ranked(query: str, fuse: dict[str, Any]) -> list[tuple[str, float]]:
+        out = gw.ok("rag.search_hybrid", {"query": query, "k": 10, "fuse": fuse})["results"]
+        return [(h["chunk_id"], h["score"]) for h in out]
+
+    short, longer = "json index", "json index tuning replica"
+    always = {"feedback_docs": 2, "feedback_weight": 4.0, "feedback_min_terms": 0}
+    never = {"feedback_docs": 0}
+    gated = {"feedback_docs": 2, "feedback_weight": 4.0, "feedback_min_terms": 4}
+    assert ranked(longer, always) != ranked(longer, never)  # feedback changes this query's scores
+    assert ranked(longer, gated) == ranked(longer, always)  # 4 words: feedback runs
+    assert ranked(short, gated) == ranked(short, never)  # 2 words: it does not
 
 
 def test_fts_then_vec_reranks_fts_candidates_by_the_metric(gw: Gateway) -> None:
