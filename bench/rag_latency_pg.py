@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from rag_latency import document_batches, log
+from rag_latency import log, write_corpus
 from rag_synth import SOURCES, Corpus
 
 from handlers.rag.pg_index import INDEX_TABLES, PgRagIndex, schema_ddl
@@ -117,14 +117,7 @@ def load_postgres(dsn: str, corpus: Corpus, *, model_id: str, docs_per_txn: int)
         index.upsert_source(source_id, name, backend_type="sqlite")
     with index.connection() as conn:
         conn.execute("DROP INDEX IF EXISTS rag_chunks_embedding")
-    started = time.perf_counter()
-    made = 0
-    for records, n_vectors in document_batches(corpus):
-        for start in range(0, len(records), docs_per_txn):
-            index.write_batch(records[start : start + docs_per_txn])
-        made += n_vectors
-        log(f"PostgreSQL load: {made}/{corpus.n_chunks} chunks ({made / (time.perf_counter() - started):.0f}/s)")
-    load_s = time.perf_counter() - started
+    load_s = write_corpus(index, corpus, docs_per_txn=docs_per_txn, label="PostgreSQL")
     started = time.perf_counter()
     with index.connection() as conn:
         conn.execute(schema_ddl(corpus.dim, index.hnsw_type))  # recreates the HNSW index, the rest exists

@@ -129,9 +129,9 @@ def start_pgvector_server() -> PgvectorServer:
 
 
 # -- pytest fixtures (tests/conftest.py imports them) ---------------------------------------------
-@pytest.fixture(scope="session")
-def pgvector_server() -> Iterator[PgvectorServer]:
-    """One PostgreSQL 18 + pgvector per test session; fails loudly under CI=true, skips elsewhere."""
+def running_pgvector_server() -> Iterator[PgvectorServer]:
+    """A fixture's body: a server for the fixture's scope, removed after; fails loudly under
+    CI=true, skips elsewhere."""
     try:
         server = start_pgvector_server()
     except Exception as exc:  # noqa: BLE001 - the wheel missing, initdb failing: same answer
@@ -142,6 +142,12 @@ def pgvector_server() -> Iterator[PgvectorServer]:
         yield server
     finally:
         server.remove()
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[PgvectorServer]:
+    """One PostgreSQL 18 + pgvector per test session."""
+    yield from running_pgvector_server()
 
 
 @pytest.fixture

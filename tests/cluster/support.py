@@ -11,6 +11,18 @@ import psycopg
 from server_process import GatewayProcess, call_tool, post_rpc
 
 
+def member_variables(name: str, *, config_dsn: str, rag_dsn: str) -> dict[str, object]:
+    """A cluster member's variables: the shared configuration and RAG index, the hash embedder."""
+    return {
+        "mcp-cluster_dsn": config_dsn,
+        "mcp-cluster_member_name": name,
+        "rag-backend": "postgresql",
+        "rag-postgres_dsn": rag_dsn,
+        "rag-embedding_provider": "hash",
+        "rag-embedding_dim": 64,
+    }
+
+
 def admin(gateway: GatewayProcess, client: httpx.Client, statement: str) -> dict:
     result = call_tool(client, gateway, "admin", "admin.sql", {"statement": statement})
     assert not result.get("isError"), result

@@ -35,6 +35,7 @@ from tests.cluster.support import (
     finished_job,
     index_counts,
     maria,
+    member_variables,
     search,
     start_sync,
     status_code,
@@ -58,14 +59,7 @@ def cluster(pgvector_server: PgvectorServer) -> Iterator[Cluster]:
     tokens = default_tokens()  # an operator's bootstrap file, the same on every instance
 
     def variables(name: str) -> dict[str, object]:
-        return {
-            "mcp-cluster_dsn": config_dsn,
-            "mcp-cluster_member_name": name,
-            "rag-backend": "postgresql",
-            "rag-postgres_dsn": rag_dsn,
-            "rag-embedding_provider": "hash",
-            "rag-embedding_dim": 64,
-        }
+        return member_variables(name, config_dsn=config_dsn, rag_dsn=rag_dsn)
 
     with contextlib.ExitStack() as stack:
         # Started together: the first to take the join lock publishes its configuration, the

