@@ -191,7 +191,8 @@ def measure_postgres(
 
 def ef_search_sweep(index: PgRagIndex, sqlite_db: Path, queries: np.ndarray, truth: list[list[int]], *, k: int) -> dict:
     """Layer-level: PgRagIndex.nearest p50/p95 and recall@10 per hnsw.ef_search floor (the default
-    is pg_index.HNSW_EF_SEARCH_MIN). Recall compares chunk ids with rag.db's exact truth."""
+    is pg_index.HNSW_EF_SEARCH_MIN), with the default unfiltered rescoring pool (RESCORE_MIN) and,
+    as "<ef>, fetch 40", with 40 candidates. Recall compares chunk ids with rag.db's exact truth."""
     from rag_latency import percentiles, timed
 
     from gateway.sqlite import connect
@@ -204,10 +205,12 @@ def ef_search_sweep(index: PgRagIndex, sqlite_db: Path, queries: np.ndarray, tru
     )
     lite.close()
     truth_ids = [{chunk_of[r] for r in row} for row in truth]
-    default, out = pg_index.HNSW_EF_SEARCH_MIN, {}
+    default, rescore, out = pg_index.HNSW_EF_SEARCH_MIN, pg_index.RESCORE_MIN, {}
     with index.connection() as conn:
-        for ef in (40, 64, 128, 256):
-            pg_index.HNSW_EF_SEARCH_MIN = ef
+        for ef, fetch in [(ef, rescore) for ef in (40, 64, 96, 128, 192, 256, 400)] + [(ef, 40) for ef in (64, 128)]:
+            pg_index.HNSW_EF_SEARCH_MIN = ef  # the floor `nearest` applies, and the session's value it then keeps
+            pg_index.RESCORE_MIN = fetch  # unfiltered candidates rescored: at least this many, or 2k
+            conn.execute(f"SET hnsw.ef_search = {ef}")
             found, times = timed(lambda q: [r for r, _ in index.nearest(conn, q, k).rows], queries)
             ids = dict(
                 conn.execute(
@@ -216,8 +219,12 @@ def ef_search_sweep(index: PgRagIndex, sqlite_db: Path, queries: np.ndarray, tru
                 ).fetchall()
             )
             hits = sum(len({ids[r] for r in row} & t) for row, t in zip(found, truth_ids, strict=True))
-            out[str(ef)] = {**percentiles(times), "recall_at_10": round(hits / max(1, sum(len(t) for t in truth_ids)), 4)}
-    pg_index.HNSW_EF_SEARCH_MIN = default
+            out[str(ef) if fetch == rescore else f"{ef}, fetch {fetch}"] = {
+                **percentiles(times),
+                "recall_at_10": round(hits / max(1, sum(len(t) for t in truth_ids)), 4),
+            }
+        conn.execute(f"SET hnsw.ef_search = {default}")  # the connection goes back to the pool
+    pg_index.HNSW_EF_SEARCH_MIN, pg_index.RESCORE_MIN = default, rescore
     return out
 
 

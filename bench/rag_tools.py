@@ -105,8 +105,14 @@ def measure_tools(
         for name, (tool, make_args) in cases.items():
             spec = handler.find_tool(tool)
             times, found = [], []
-            warm = CallContext(endpoint="rag", tool_name=tool, runtime=handler.services.runtime, deadline=time.monotonic() + 60)
-            await handler.execute_tool(spec, make_args(len(texts) - 1), warm)
+            # One unmeasured pass over the same queries first: each case is measured with its working
+            # set in memory (for PostgreSQL, the HNSW pages in shared_buffers, which the keyword cases
+            # before it evict; rag.db's ANN is in the process's memory from the start).
+            for i in range(len(texts)):
+                warm = CallContext(
+                    endpoint="rag", tool_name=tool, runtime=handler.services.runtime, deadline=time.monotonic() + 60
+                )
+                await handler.execute_tool(spec, make_args(i), warm)
             if tool == "rag.search_hybrid":  # every hybrid case pays for embedding its queries
                 handler.query_cache = QueryEmbeddingCache(embedder, max_entries=1024)
             for i in range(len(texts)):

@@ -213,7 +213,9 @@ def words_of(match: Any) -> list[str]:
 def fts_snippets(
     conn: psycopg.Connection, match: Any, rowids: Sequence[int], *, tokens: int, open_mark: str, close_mark: str
 ) -> dict[int, str]:
-    """ts_headline of the body (the title when the body does not match), the matches marked."""
+    """ts_headline of the body (the title when the body does not match), the matches marked.
+    Whether the body matches is read from the stored tsvector's body lexemes (weight D), not by
+    parsing the body a second time."""
     if not rowids:
         return {}
     query, text = tsquery_sql(match)
@@ -221,7 +223,7 @@ def fts_snippets(
         f"StartSel={open_mark}, StopSel={close_mark}, MaxWords={max(2, tokens)}, MinWords={max(1, tokens // 2)}, ShortWord=0"
     )
     rows = conn.execute(
-        f"SELECT c.chunk_rowid, CASE WHEN to_tsvector('english', c.body) @@ q THEN ts_headline('english', c.body, q, %s)"
+        f"SELECT c.chunk_rowid, CASE WHEN ts_filter(c.fts, '{{d}}') @@ q THEN ts_headline('english', c.body, q, %s)"
         f" ELSE ts_headline('english', c.title, q, %s) END FROM rag_chunks c, {query} q WHERE c.chunk_rowid = ANY(%s) AND c.fts @@ q",
         (options, options, text, list(rowids)),
     ).fetchall()

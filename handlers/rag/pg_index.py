@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +46,10 @@ SCHEMA_VERSION = 1
 # What the HNSW index holds: halfvec halves it (2 bytes a dimension); its candidates are rescored
 # with the stored float32 vectors (as rag.db's ANN is), so scores are exact either way.
 HNSW_TYPES = {"halfvec": ("halfvec", "halfvec_cosine_ops", HalfVector), "vector": ("vector", "vector_cosine_ops", Vector)}
-RESCORE_MIN = 40  # candidates the graph returns for rescoring: at least this many, or 2k
+# Candidates the graph returns for rescoring: at least this many, or 2k. Each costs a TOAST fetch
+# of its float32 vector: at 1M chunks 40 took 4.5 ms p50 and 20 took 3.2 ms, recall@10 0.999 both
+# at ef_search 128 (bench/README, issue 16).
+RESCORE_MIN = 20
 # A filter admitting at most this many chunks is scored exactly (no graph). Each allowed chunk
 # costs a TOAST fetch of its vector (pgvector stores it out of line in a row this wide): at 200k
 # chunks, 42 chunks (20 doc_ids) took 1.1 ms exactly against 6.0 ms through the iterative scan,
@@ -75,6 +80,30 @@ class Nearest:
     candidates: list[int]  # every candidate the graph proposed (>= k when as many pass), nearest first
     matrix: np.ndarray  # their stored float32 vectors, row for row (the caller rescores with them)
     short: bool  # fewer than k came back though the filter may admit more (scan limit reached)
+    hits: dict[int, tuple[Any, ...]]  # each candidate's hit columns, as pg_fts.hit_rows reads them
+
+
+# The candidates' hit columns come back with them (search.hits then needs no round trip of its
+# own): `inner` selects chunk_rowid, d, {embedding}, chunk_id, doc_id, source_id and title.
+_WITH_HIT_COLUMNS = (
+    "SELECT n.chunk_rowid, n.d, n.embedding, n.chunk_id, n.doc_id, n.source_id, s.name, n.title, d.metadata_json"
+    " FROM ({inner}) n JOIN rag_sources s ON s.source_id = n.source_id JOIN rag_documents d ON d.doc_id = n.doc_id"
+)
+# What `inner` selects as the vector: the stored one (for callers that rescore or move the query),
+# or nothing: sending 20 vectors (1.5 KB each, detoasted for the output) cost ~1 ms of a 3.5 ms
+# search at 200k chunks, and the distance is exact without them.
+_VECTOR_COLUMN = {True: "c.embedding", False: "NULL::vector AS embedding"}
+
+
+def _configure_session(conn: psycopg.Connection) -> None:
+    """A new pooled connection: the vector types registered, and the graph search's settings as
+    session defaults, so a search sends none of its own. Iterative (relaxed order): past
+    ef_search (at most 1000) a filtered scan goes on until LIMIT rows passed the filter; the
+    candidates are re-sorted by their exact distances anyway."""
+    register_vector(conn)
+    conn.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH_MIN}")
+    conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    conn.commit()  # the pool hands out idle connections
 
 
 class PgRagIndex:
@@ -96,11 +125,12 @@ class PgRagIndex:
             max_size=pool_max,
             timeout=POOL_TIMEOUT_S,
             kwargs={"connect_timeout": 3, "application_name": "mcp-gateway-rag"},
-            configure=register_vector,
-            check=ConnectionPool.check_connection,  # a connection from before a restart is replaced, not handed out
+            configure=_configure_session,
+            check=self._check,  # a connection from before a restart is replaced, not handed out
             open=False,
             name="rag-index",
         )
+        self._unchecked = threading.local()  # set while a connection(first=...) caller asks the pool
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
@@ -119,15 +149,52 @@ class PgRagIndex:
         self.pool.close()
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
-        """A pooled connection in a transaction; PostgreSQL being away is UNAVAILABLE."""
+    def connection(self, *, first: Callable[[psycopg.Connection], None] | None = None) -> Iterator[psycopg.Connection]:
+        """A pooled connection in a transaction; PostgreSQL being away is UNAVAILABLE.
+
+        Before a connection is handed out, a statement proves it alive (the pool's `check`): one
+        left over from before a PostgreSQL restart fails it and is replaced. By default that is
+        an empty query, a round trip of its own; a caller whose own first statement is harmless
+        to repeat passes it as `first` and saves the trip (a search: storage.pg_reader)."""
         try:
-            with self.pool.connection() as conn:
-                yield conn
-        except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as exc:
-            raise Unavailable(f"the RAG index database is unreachable ({type(exc).__name__}); retry shortly") from exc
-        except PoolTimeout as exc:
+            conn = self._getconn(first)
+            try:
+                with conn:  # commit, or roll back on an error, as psycopg_pool's connection() does
+                    yield conn
+            finally:
+                self.pool.putconn(conn)
+        except PoolTimeout as exc:  # an OperationalError too: first
             raise Unavailable("no connection to the RAG index database within 1 s; retry shortly") from exc
+        except psycopg.OperationalError as exc:  # AdminShutdown is one
+            raise Unavailable(f"the RAG index database is unreachable ({type(exc).__name__}); retry shortly") from exc
+
+    def _getconn(self, first: Callable[[psycopg.Connection], None] | None) -> psycopg.Connection:
+        if first is None:
+            return self.pool.getconn()  # proven alive by the pool's check
+        # The caller's statement is the check. A connection that fails it for being broken (left
+        # over from a restart) is dropped and the next taken at once; psycopg_pool's own check
+        # loop would wait a second before the next, past POOL_TIMEOUT_S, failing the call.
+        deadline = time.monotonic() + POOL_TIMEOUT_S
+        self._unchecked.active = True
+        try:
+            while True:
+                conn = self.pool.getconn(max(0.0, deadline - time.monotonic()))
+                try:
+                    first(conn)
+                    return conn
+                except psycopg.OperationalError:
+                    broken = conn.broken
+                    self.pool.putconn(conn)  # the pool discards a broken one and opens another
+                    if not broken:  # the statement failed, not the connection: the caller's error
+                        raise
+        finally:
+            self._unchecked.active = False
+
+    def _check(self, conn: psycopg.Connection) -> None:
+        """The pool's liveness check (an empty query), run in the thread asking for a connection;
+        skipped for a caller that proves the connection with its own first statement."""
+        if not getattr(self._unchecked, "active", False):
+            ConnectionPool.check_connection(conn)
 
     def _prepare_schema(self) -> None:
         with self.connection() as conn:
@@ -380,7 +447,14 @@ class PgRagIndex:
 
     # -- reading: the storage half of search.py --------------------------------------------
     def nearest(
-        self, conn: psycopg.Connection, query: np.ndarray, k: int, *, where: str = "TRUE", params: Sequence[Any] = ()
+        self,
+        conn: psycopg.Connection,
+        query: np.ndarray,
+        k: int,
+        *,
+        where: str = "TRUE",
+        params: Sequence[Any] = (),
+        vectors: bool = True,
     ) -> Nearest:
         """The k nearest chunks passing `where` (a FilterSQL over `c`) by exact cosine distance.
 
@@ -389,39 +463,44 @@ class PgRagIndex:
         proposes max(2k, RESCORE_MIN) candidates unfiltered, 2k filtered, ranked by the stored
         float32 vectors, as rag.db's ANN does. With a filter that scan is iterative (relaxed
         order), so a selective filter still fills k when enough chunks pass it; when pgvector's
-        scan limit stops it first, `short` says so."""
+        scan limit stops it first, `short` says so. `vectors` False: no `matrix` (empty); the
+        distances are exact all the same."""
         if k <= 0:
-            return Nearest([], [], np.zeros((0, self.dim), np.float32), False)
+            return Nearest([], [], np.zeros((0, self.dim), np.float32), False, {})
         exact = Vector(np.asarray(query, dtype=np.float32))
         narrows = where.strip() != "TRUE"
         # Filtered, the walk until LIMIT rows pass is what costs: 2k then (5 % filter at 200k:
-        # 38 ms for 20, 55 ms for 40, recall@10 0.993 both); unfiltered, 40 cost what 20 do.
+        # 38 ms for 20, 55 ms for 40, recall@10 0.993 both).
         fetch = 2 * k if narrows else max(2 * k, RESCORE_MIN)
         # The probe counts chunks, with a vector or not: an upper bound, readable from an index alone.
         if narrows and self._admitted(conn, where, params, EXACT_SCAN_MAX + 1, any_chunk=True) <= EXACT_SCAN_MAX:
             # MATERIALIZED: the ORDER BY runs over the allowed rows, never through the HNSW index.
+            inner = (
+                f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, {_VECTOR_COLUMN[vectors]}, c.chunk_id, c.doc_id, c.source_id,"
+                " c.title FROM allowed c ORDER BY d, c.chunk_rowid LIMIT %s"
+            )
             rows = conn.execute(
-                f"WITH allowed AS MATERIALIZED (SELECT c.chunk_rowid, c.embedding FROM rag_chunks c"
-                f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}))"
-                " SELECT chunk_rowid, embedding <=> %s AS d, embedding FROM allowed ORDER BY d, chunk_rowid LIMIT %s",
+                "WITH allowed AS MATERIALIZED (SELECT c.chunk_rowid, c.embedding, c.chunk_id, c.doc_id, c.source_id, c.title"
+                f" FROM rag_chunks c WHERE c.embedding IS NOT NULL AND ({pg_where(where)})) "
+                + _WITH_HIT_COLUMNS.format(inner=inner),
                 (*params, exact, fetch),
                 binary=True,
             ).fetchall()
             return self._ranked(rows, k, short=False)
         graph = self._wrap_index(np.asarray(query, dtype=np.float32))
-        # Pipelined: the settings and the search travel in one round trip.
-        with conn.pipeline():
-            # Iterative: past ef_search (at most 1000) the scan goes on until LIMIT rows passed `where`.
-            conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                (str(min(1000, max(HNSW_EF_SEARCH_MIN, fetch))),),
-            )
-            rows = conn.execute(
-                f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, c.embedding FROM rag_chunks c"
-                f" WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s",
-                (exact, *params, graph, fetch),
-                binary=True,  # 40 vectors as text cost ~6 ms of parsing here; binary ~0.1 ms
-            ).fetchall()
+        inner = (
+            f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, {_VECTOR_COLUMN[vectors]}, c.chunk_id, c.doc_id, c.source_id,"
+            f" c.title FROM rag_chunks c WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s"
+        )
+        search = (_WITH_HIT_COLUMNS.format(inner=inner), (exact, *params, graph, fetch))
+        ef_search = min(1000, max(HNSW_EF_SEARCH_MIN, fetch))
+        if ef_search == HNSW_EF_SEARCH_MIN:  # the session's (set on connect)
+            rows = conn.execute(*search, binary=True).fetchall()  # binary: 40 vectors as text cost ~6 ms of parsing
+        else:  # a wider one travels with the search: one round trip, the pipeline's sync (results read after it)
+            with conn.pipeline():
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
+                cursor = conn.execute(*search, binary=True)
+            rows = cursor.fetchall()
         # Came back short: either the filter admits fewer chunks, or the scan limit stopped it.
         short = len(rows) < k and self._admitted(conn, where, params, k) > len(rows)
         return self._ranked(rows, k, short=short)
@@ -435,14 +514,18 @@ class PgRagIndex:
             (*params, cap),
         ).fetchone()[0]
 
-    def _ranked(self, rows: list[tuple[Any, Any, Any]], k: int, *, short: bool) -> Nearest:
-        vectors = {int(r): v for r, _, v in rows}
-        pool = sorted(((int(r), float(d)) for r, d, _ in rows), key=lambda item: (item[1], item[0]))
+    def _ranked(self, rows: list[tuple[Any, ...]], k: int, *, short: bool) -> Nearest:
+        """Rows of _WITH_HIT_COLUMNS, nearest first by exact distance (then rowid)."""
+        vectors = {int(row[0]): row[2] for row in rows}
+        pool = sorted(((int(row[0]), float(row[1])) for row in rows), key=lambda item: (item[1], item[0]))
         ids = [rowid for rowid, _ in pool]
         matrix = (
-            np.vstack([vectors[r].to_numpy() for r in ids]).astype(np.float32) if ids else np.zeros((0, self.dim), np.float32)
+            np.vstack([vectors[r].to_numpy() for r in ids]).astype(np.float32)
+            if ids and rows[0][2] is not None
+            else np.zeros((0, self.dim), np.float32)
         )
-        return Nearest(pool[:k], ids, matrix, short)
+        hits = {int(row[0]): (int(row[0]), *row[3:]) for row in rows}
+        return Nearest(pool[:k], ids, matrix, short, hits)
 
     def distances(self, conn: psycopg.Connection, query: np.ndarray, rowids: Sequence[int]) -> dict[int, float]:
         if not rowids:

@@ -77,7 +77,7 @@ def search_fts(reader: Reader, match: fts.MatchQuery, flt: FilterSQL, *, k: int,
 
 def search_vector(reader: Reader, query: np.ndarray, flt: FilterSQL, *, k: int) -> list[Scored]:
     unit = unit_query(query, reader.dim)
-    found = reader.vector_candidates(unit, k, flt).nearest(unit, k) if k > 0 else []
+    found = reader.vector_nearest(unit, k, flt) if k > 0 else []
     return [Scored(rowid, score_vec(d), score_vec=score_vec(d), distance_raw=d) for rowid, d in found]
 
 
@@ -263,15 +263,7 @@ def hits(
     if not scored:
         return []
     rowids = [s.rowid for s in scored]
-    rows = {
-        row[0]: row
-        for row in reader.execute(
-            "SELECT c.chunk_rowid, c.chunk_id, c.doc_id, c.source_id, s.name, c.title, d.metadata_json"
-            " FROM rag_chunks c JOIN rag_sources s ON s.source_id = c.source_id JOIN rag_documents d ON d.doc_id = c.doc_id"
-            f" WHERE c.chunk_rowid IN ({','.join('?' * len(rowids))})",
-            rowids,
-        )
-    }
+    rows = reader.hit_rows(rowids)
     snippet_of = reader.snippets(match, rowids, tokens=options.snippet_tokens) if options.include_snippets and match else {}
     out = []
     for s in scored:

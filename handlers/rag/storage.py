@@ -37,12 +37,14 @@ class Reader(Protocol):
     fewer_than_k: bool  # set by a filtered vector search that stopped short of k (PostgreSQL's scan limit)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]: ...
+    def hit_rows(self, rowids: list[int]) -> dict[int, tuple[Any, ...]]: ...
     def all_sources_enabled(self) -> bool: ...
     def fts_ranked(self, match: fts.MatchQuery, flt: FilterSQL, *, limit: int, offset: int = 0) -> list[tuple[int, float]]: ...
     def fts_raw_of(self, match: fts.MatchQuery, rowids: list[int]) -> dict[int, float]: ...
     def snippets(self, match: fts.MatchQuery, rowids: list[int], *, tokens: int) -> dict[int, str]: ...
     def rare_term_idf(self, match: fts.MatchQuery | None, threshold: float) -> float: ...
     def vector_candidates(self, unit: np.ndarray, k: int, flt: FilterSQL) -> Candidates: ...
+    def vector_nearest(self, unit: np.ndarray, k: int, flt: FilterSQL) -> list[tuple[int, float]]: ...
     def vector_distances(self, query: np.ndarray, rowids: list[int]) -> dict[int, float]: ...
     def read_vectors(self, rowids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -58,6 +60,17 @@ class SqliteReader:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
         return self.conn.execute(sql, params)
+
+    def hit_rows(self, rowids: list[int]) -> dict[int, tuple[Any, ...]]:
+        return {
+            row[0]: row
+            for row in self.conn.execute(
+                "SELECT c.chunk_rowid, c.chunk_id, c.doc_id, c.source_id, s.name, c.title, d.metadata_json"
+                " FROM rag_chunks c JOIN rag_sources s ON s.source_id = c.source_id JOIN rag_documents d ON d.doc_id = c.doc_id"
+                f" WHERE c.chunk_rowid IN ({','.join('?' * len(rowids))})",
+                rowids,
+            )
+        }
 
     def all_sources_enabled(self) -> bool:
         return all_sources_enabled(self.conn)
@@ -84,6 +97,9 @@ class SqliteReader:
     def vector_candidates(self, unit: np.ndarray, k: int, flt: FilterSQL) -> Candidates:
         return self.index.vectors.candidates(self.conn, unit, k, **self.narrowing(flt))
 
+    def vector_nearest(self, unit: np.ndarray, k: int, flt: FilterSQL) -> list[tuple[int, float]]:
+        return self.vector_candidates(unit, k, flt).nearest(unit, k)
+
     def vector_distances(self, query: np.ndarray, rowids: list[int]) -> dict[int, float]:
         return self.index.vectors.distances(self.conn, query, rowids)
 
@@ -99,9 +115,15 @@ class PgReader:
         self.fewer_than_k = False
         self._fts = pg_fts
         self._sources_enabled = sources_enabled
+        self._hit_rows: dict[int, tuple[Any, ...]] = {}  # of the vector candidates, read with them
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]:
         return iter(self.conn.execute(pg_where(sql), tuple(params)).fetchall())
+
+    def hit_rows(self, rowids: list[int]) -> dict[int, tuple[Any, ...]]:
+        known = {r: self._hit_rows[r] for r in rowids if r in self._hit_rows}
+        missing = [r for r in rowids if r not in known]
+        return known | (self._fts.hit_rows(self.conn, missing) if missing else {})
 
     def all_sources_enabled(self) -> bool:
         return self._sources_enabled
@@ -135,7 +157,15 @@ class PgReader:
     def vector_candidates(self, unit: np.ndarray, k: int, flt: FilterSQL) -> Candidates:
         found = self.index.nearest(self.conn, unit, k, where=flt.where, params=flt.params)
         self.fewer_than_k |= found.short
+        self._hit_rows.update(found.hits)
         return Candidates(np.asarray(found.candidates, dtype=np.int64), found.matrix)
+
+    def vector_nearest(self, unit: np.ndarray, k: int, flt: FilterSQL) -> list[tuple[int, float]]:
+        """The k nearest by PostgreSQL's exact distances, without reading their vectors back."""
+        found = self.index.nearest(self.conn, unit, k, where=flt.where, params=flt.params, vectors=False)
+        self.fewer_than_k |= found.short
+        self._hit_rows.update(found.hits)
+        return found.rows
 
     def vector_distances(self, query: np.ndarray, rowids: list[int]) -> dict[int, float]:
         return self.index.distances(self.conn, query, rowids)
@@ -154,15 +184,22 @@ def _without_window(match: fts.MatchQuery) -> fts.MatchQuery:
 def pg_reader(index: PgRagIndex, call: Call) -> Iterator[PgReader]:
     """One pooled connection; statement_timeout = what is left of the call, so PostgreSQL cancels
     a statement running past the deadline. The same round trip reads whether a source is disabled."""
-    with index.connection() as conn:
+    enabled: list[bool] = []
+
+    def preamble(conn: psycopg.Connection) -> None:  # also what proves the pooled connection alive
         left_ms = max(1, int((call.deadline - time.monotonic()) * 1000))
-        with conn.pipeline():  # the transaction's BEGIN and this statement: one round trip
-            enabled = conn.execute(
+        # The transaction's BEGIN and this statement: one round trip, the pipeline's sync. Fetching
+        # inside the block would cost one more (a flush, then the sync at its end).
+        with conn.pipeline():
+            cursor = conn.execute(
                 "SELECT set_config('statement_timeout', %s, true), NOT EXISTS (SELECT 1 FROM rag_sources WHERE enabled = 0)",
                 (str(left_ms),),
-            ).fetchone()[1]
+            )
+        enabled[:] = cursor.fetchone()[1:]
+
+    with index.connection(first=preamble) as conn:
         try:
-            yield PgReader(index, conn, sources_enabled=enabled)
+            yield PgReader(index, conn, sources_enabled=enabled[0])
         except psycopg.errors.QueryCanceled as exc:
             raise DeadlineExceeded(f"the search ran past rag-timeout_ms ({call.caps.timeout_ms} ms)") from exc
 

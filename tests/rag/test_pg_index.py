@@ -4,15 +4,19 @@ scans, and a PostgreSQL restart survived without reopening the index."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import psycopg
 import pytest
 
 from gateway.errors import ConfigError, Unavailable
 from handlers.rag import fts, pg_fts, pg_index
+from handlers.rag.limits import Call, Caps
 from handlers.rag.pg_fts import fts_ranked, fts_snippets, hit_rows
 from handlers.rag.pg_index import PgRagIndex
 from handlers.rag.pg_ingest import SYNC_LOCK_PREFIX
+from handlers.rag.storage import pg_reader
 from tests.rag.records import EMBEDDER, doc
 
 
@@ -120,6 +124,9 @@ def test_keyword_search_ranks_stems_and_marks(index: PgRagIndex) -> None:
         assert all(raw < 0 for _, raw in ranked)
         marked = fts_snippets(conn, match, [r for r, _ in ranked], tokens=8, open_mark="<mark>", close_mark="</mark>")
         assert "<mark>wings</mark>" in marked[ranked[0][0]]
+        # A chunk matching by its title only: the title is the snippet, the body has no mark.
+        by_title = fts_snippets(conn, fts.build_match("title"), [ranked[0][0]], tokens=8, open_mark="<", close_mark=">")
+        assert "<title>" in by_title[ranked[0][0]] and "wings" not in by_title[ranked[0][0]]
         both = fts_ranked(conn, match.all_terms(), index.term_stats, limit=10)
         assert [hit_rows(conn, [r])[r][2] for r, _ in both] == ["a"]
         only_source_2 = fts_ranked(conn, match, index.term_stats, where="c.source_id IN (?)", params=(2,), limit=10)
@@ -151,6 +158,32 @@ def test_postgresql_restart_fails_unavailable_then_recovers(index: PgRagIndex, p
     assert index.source_counts()[1] == {"docs": 1, "chunks": 1}  # the same index object, no reopen
     with index.connection() as conn:
         assert len(index.nearest(conn, np.asarray(EMBEDDER.embed(["alpha"])[0]), 3).rows) == 1
+
+
+def test_a_search_after_a_restart_replaces_stale_connections_in_its_first_round_trip(index: PgRagIndex, pgvector_server) -> None:
+    """A search skips the pool's separate liveness check: its own first statement is the check,
+    so a connection from before a restart is dropped and another taken, and no call fails."""
+    index.write_batch([doc("a", ["alpha"])])
+    held = [index.pool.getconn() for _ in range(3)]  # three pooled connections, all of which the restart ends
+    for conn in held:
+        index.pool.putconn(conn)
+    pgvector_server.restart()
+    query = np.asarray(EMBEDDER.embed(["alpha"])[0])
+    for _ in range(len(held) + 1):  # each call may draw a stale connection: none fails
+        call = Call(
+            Caps(k_max=50, candidates_max=200, query_max_bytes=4096, response_max_bytes=100_000, timeout_ms=5_000),
+            deadline=time.monotonic() + 5,
+        )
+        with pg_reader(index, call) as reader:
+            assert reader.all_sources_enabled() is False  # src2 is disabled
+            assert [r for r, _ in index.nearest(reader.conn, query, 3).rows] == [1]
+            # The graph search's settings are the session's, set when the connection was opened.
+            assert reader.conn.execute(
+                "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
+            ).fetchone() == (
+                str(pg_index.HNSW_EF_SEARCH_MIN),
+                "relaxed_order",
+            )
 
 
 def test_one_sync_per_source_across_instances(index: PgRagIndex) -> None:
