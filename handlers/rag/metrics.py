@@ -45,7 +45,7 @@ from psycopg.rows import dict_row
 from gateway import sqlite
 from gateway.runtime import Runtime
 from handlers.rag.job_liveness import live_job_ids, this_member
-from handlers.rag.pg_index import INDEX_TABLES
+from handlers.rag.pg_index import index_size_bytes
 from handlers.rag.pg_ingest import held_sync_jobs, pg_where
 
 log = logging.getLogger("mcp_gateway.rag.metrics")
@@ -139,11 +139,7 @@ class PgState:
             return cur.execute(pg_where(sql), tuple(params)).fetchall()
 
     def size_bytes(self) -> int:
-        (row,) = self.query(
-            "SELECT coalesce(sum(pg_total_relation_size(to_regclass(t))), 0) AS n FROM unnest(?::text[]) t",
-            (list(INDEX_TABLES),),
-        )
-        return int(row["n"])
+        return index_size_bytes(self.conn)
 
     def held_sync_jobs(self) -> set[str]:
         return held_sync_jobs(self.conn)

@@ -106,6 +106,15 @@ def _configure_session(conn: psycopg.Connection) -> None:
     conn.commit()  # the pool hands out idle connections
 
 
+def index_size_bytes(conn: psycopg.Connection) -> int:
+    """Tables, indexes (GIN, HNSW) and TOAST of the index; a table not created yet counts 0."""
+    return int(
+        conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(to_regclass(t))), 0) FROM unnest(%s::text[]) t", (list(INDEX_TABLES),)
+        ).fetchone()[0]
+    )
+
+
 class PgRagIndex:
     """A pool of connections to one PostgreSQL RAG index, and the storage operations on it."""
 
@@ -278,13 +287,8 @@ class PgRagIndex:
         return {"docs": docs, "chunks": chunks, "vectors": vectors}
 
     def size_bytes(self) -> int:
-        """Tables, indexes (GIN, HNSW) and TOAST of the index."""
         with self.connection() as conn:
-            return int(
-                conn.execute(
-                    "SELECT sum(pg_total_relation_size(t)) FROM unnest(%s::regclass[]) t", (list(INDEX_TABLES),)
-                ).fetchone()[0]
-            )
+            return index_size_bytes(conn)
 
     def purge_source(self, source_id: int, stop: Any = None, *, batch: int = 2_000) -> int:
         """Delete a source and everything indexed from it, `batch` documents per transaction."""
