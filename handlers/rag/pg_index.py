@@ -191,11 +191,11 @@ class PgRagIndex:
                 try:
                     first(conn)
                     return conn
-                except psycopg.OperationalError:
+                except BaseException as exc:
                     broken = conn.broken
-                    self.pool.putconn(conn)  # the pool discards a broken one and opens another
-                    if not broken:  # the statement failed, not the connection: the caller's error
-                        raise
+                    self.pool.putconn(conn)  # never lost; a broken one is discarded and another opened
+                    if not (broken and isinstance(exc, psycopg.OperationalError)):
+                        raise  # the statement failed, not the connection: the caller's error
         finally:
             self._unchecked.active = False
 

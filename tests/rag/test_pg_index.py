@@ -186,6 +186,15 @@ def test_a_search_after_a_restart_replaces_stale_connections_in_its_first_round_
             )
 
 
+def test_a_first_statement_that_fails_returns_its_connection(index: PgRagIndex) -> None:
+    """A caller's own first statement failing for its own reason is the caller's error, and the
+    connection goes back to the pool: more failures than the pool holds leave it serving."""
+    for _ in range(index.pool.max_size + 2):
+        with pytest.raises(psycopg.errors.DivisionByZero), index.connection(first=lambda conn: conn.execute("SELECT 1/0")):
+            pass
+    assert index.source_counts()[1] == {"docs": 0, "chunks": 0}
+
+
 def test_one_sync_per_source_across_instances(index: PgRagIndex) -> None:
     first, second = index.source_lock(7), index.source_lock(7)
     assert first.acquire("job-1@gw1")
