@@ -78,7 +78,7 @@ def schema_ddl(dim: int, hnsw_type: str) -> str:
 class Nearest:
     rows: list[tuple[int, float]]  # the k nearest: (chunk_rowid, exact cosine distance), nearest first
     candidates: list[int]  # every candidate the graph proposed (>= k when as many pass), nearest first
-    matrix: np.ndarray  # their stored float32 vectors, row for row (the caller rescores with them)
+    matrix: np.ndarray  # their stored float32 vectors, row for row (the caller rescores with them); empty if not read
     short: bool  # fewer than k came back though the filter may admit more (scan limit reached)
     hits: dict[int, tuple[Any, ...]]  # each candidate's hit columns, as pg_fts.hit_rows reads them
 
@@ -499,7 +499,7 @@ class PgRagIndex:
         search = (_WITH_HIT_COLUMNS.format(inner=inner), (exact, *params, graph, fetch))
         ef_search = min(1000, max(HNSW_EF_SEARCH_MIN, fetch))
         if ef_search == HNSW_EF_SEARCH_MIN:  # the session's (set on connect)
-            rows = conn.execute(*search, binary=True).fetchall()  # binary: 40 vectors as text cost ~6 ms of parsing
+            rows = conn.execute(*search, binary=True).fetchall()  # binary: 40 vectors as text took ~6 ms to parse
         else:  # a wider one travels with the search: one round trip, the pipeline's sync (results read after it)
             with conn.pipeline():
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
