@@ -63,8 +63,9 @@ from psycopg import sql as pgsql
 from pymysql.constants import CLIENT, FIELD_TYPE
 
 from backends.connect import needs_rollback
+from backends.driver_errors import is_cancelled
 from backends.values import encode_row, row_bytes
-from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
+from gateway.errors import Cancelled, DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
 
 _MYSQL_TYPES = {v: k.lower() for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
 # MySQL errors whose text only names what the caller wrote (columns, tables, syntax near ...).
@@ -90,6 +91,7 @@ _MYSQL_USER_ERRORS = {
     1630,
 }
 _MYSQL_TIMEOUT = {1969, 3024}  # MariaDB max_statement_time, MySQL max_execution_time
+_CANCELLED = "the statement was cancelled on the database server (admin_kill_query or the database's own tools)"
 _MYSQL_READ_ONLY = {1792, 1290, 1836}
 
 
@@ -177,6 +179,8 @@ _PG_ROW_RESULTS = (_PQ.SINGLE_TUPLE, _PQ.TUPLES_CHUNK) if _PG_CHUNKED else (_PQ.
 
 def _pg_error(exc: psycopg.Error, timeout_ms: int) -> GatewayError:
     state = exc.sqlstate or ""
+    if is_cancelled(exc):
+        return Cancelled(_CANCELLED)
     if isinstance(exc, psycopg.errors.QueryCanceled):
         return DeadlineExceeded(f"the statement ran past its timeout of {timeout_ms} ms and was cancelled by the server")
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
@@ -482,6 +486,8 @@ def _pg_three_trips(
 
 def _mysql_error(exc: pymysql.err.MySQLError, timeout_ms: int) -> GatewayError:
     errno = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    if is_cancelled(exc):
+        return Cancelled(_CANCELLED)
     if errno in _MYSQL_TIMEOUT:
         return DeadlineExceeded(f"the statement ran past its timeout of {timeout_ms} ms and was interrupted by the server")
     if errno in _MYSQL_READ_ONLY:

@@ -8,6 +8,7 @@
      +-- PermissionDenied        PERMISSION_DENIED  known caller, not allowed (a backend account lacks a privilege, a guard variable is off)
      +-- Unavailable             UNAVAILABLE        a backend, model or handler is down
      +-- DeadlineExceeded        DEADLINE_EXCEEDED  the call ran past its deadline
+     +-- Cancelled               CANCELLED          someone stopped the statement (admin_kill_query, the database's own tools)
      +-- ConfigError             INVALID_ARGUMENT   an admin edit failed validation
 
 Tool functions raise these; `gateway.tools` turns them into `isError` tool results and the
@@ -62,6 +63,10 @@ class Unavailable(GatewayError):
 
 class DeadlineExceeded(GatewayError):
     code = "DEADLINE_EXCEEDED"
+
+
+class Cancelled(GatewayError):
+    code = "CANCELLED"
 
 
 class ConfigError(InvalidArgument):
