@@ -63,6 +63,28 @@ def maria(db: dict, *statements: str, rows: list[tuple] | None = None) -> None:
             cur.executemany(sql, rows) if rows is not None else cur.execute(sql)
 
 
+def posts_rows(first: int, last: int) -> list[tuple]:
+    """Rows id first..last of a posts-shaped table (id, title, body, score), the topics cycling."""
+    return [
+        (i, f"{TOPICS[i % 5]} question {i}", f"how to handle {TOPICS[i % 5]} in mysql, case {i}", i)
+        for i in range(first, last + 1)
+    ]
+
+
+def insert_posts(db: dict, table: str, rows: list[tuple]) -> None:
+    maria(db, f"INSERT INTO {table} (id, title, body, score) VALUES (%s, %s, %s, %s)", rows=rows)
+
+
+def posts_table(db: dict, table: str, rows: list[tuple]) -> None:
+    """A MariaDB table shaped as a RAG source (a watermark on updated_at), holding `rows`."""
+    maria(
+        db,
+        f"CREATE TABLE {table} (id INT PRIMARY KEY, title VARCHAR(200), body TEXT, score INT,"
+        " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), KEY (updated_at, id))",
+    )
+    insert_posts(db, table, rows)
+
+
 def define_source(gateway: GatewayProcess, client: httpx.Client, db: dict, *, source_id: int, table: str) -> None:
     """A MariaDB table as a RAG source, defined through one instance: cluster-wide configuration."""
     doc_map = json.dumps({**DOC_MAP, "doc_id": {"format": f"{table}:{{id}}"}})

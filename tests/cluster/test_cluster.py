@@ -29,13 +29,14 @@ from server_process import GatewayProcess, call_tool, default_tokens, start_gate
 
 from tests.cluster.support import (
     KILL_ROWS,
-    TOPICS,
     admin,
     define_source,
     finished_job,
     index_counts,
     maria,
     member_variables,
+    posts_rows,
+    posts_table,
     search,
     start_sync,
     status_code,
@@ -150,16 +151,7 @@ def test_status_shows_members_versions_and_laggards(cluster) -> None:
 # -- the RAG index on PostgreSQL, shared by the cluster --------------------------------------------
 def test_sync_through_one_instance_is_searchable_on_all(cluster, mariadb_db) -> None:
     gateways, clients = cluster.gateways, cluster.clients
-    maria(
-        mariadb_db,
-        "CREATE TABLE posts (id INT PRIMARY KEY, title VARCHAR(200), body TEXT, score INT,"
-        " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), KEY (updated_at, id))",
-    )
-    maria(
-        mariadb_db,
-        "INSERT INTO posts (id, title, body, score) VALUES (%s, %s, %s, %s)",
-        rows=[(i, f"{TOPICS[i % 5]} question {i}", f"how to handle {TOPICS[i % 5]} in mysql, case {i}", i) for i in range(1, 61)],
-    )
+    posts_table(mariadb_db, "posts", posts_rows(1, 60))
     define_source(gateways[0], clients[0], mariadb_db, source_id=1, table="posts")
     job = finished_job(gateways[1], clients[1], start_sync(gateways[1], clients[1], "posts"))
     assert job["state"] == "ok", json.dumps(job)

@@ -31,7 +31,17 @@ from pgvector_server import PgvectorServer
 from prometheus_client.parser import text_string_to_metric_families
 from server_process import REPO_ROOT, GatewayProcess, call_tool, default_tokens, start_gateway
 
-from tests.cluster.support import TOPICS, define_source, finished_job, maria, member_variables, start_sync, wait_until
+from tests.cluster.support import (
+    TOPICS,
+    define_source,
+    finished_job,
+    insert_posts,
+    member_variables,
+    posts_rows,
+    posts_table,
+    start_sync,
+    wait_until,
+)
 
 # Instance B's own PID namespace: A's pids do not exist there, as on another host.
 OTHER_HOST = ("unshare", "--pid", "--fork", "--mount-proc")
@@ -100,20 +110,8 @@ def job_state(gateway: GatewayProcess, client: httpx.Client, job_id: str) -> dic
     return job
 
 
-def posts_rows(first: int, last: int) -> list[tuple]:
-    return [
-        (i, f"{TOPICS[i % 5]} question {i}", f"how to handle {TOPICS[i % 5]} in mysql, case {i}", i)
-        for i in range(first, last + 1)
-    ]
-
-
 def test_metrics_of_either_instance_show_the_postgresql_index_after_a_sync(pair: Pair, mariadb_db: dict) -> None:
-    maria(
-        mariadb_db,
-        "CREATE TABLE posts (id INT PRIMARY KEY, title VARCHAR(200), body TEXT, score INT,"
-        " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), KEY (updated_at, id))",
-    )
-    maria(mariadb_db, "INSERT INTO posts (id, title, body, score) VALUES (%s, %s, %s, %s)", rows=posts_rows(1, 60))
+    posts_table(mariadb_db, "posts", posts_rows(1, 60))
     define_source(pair.a, pair.clients["a"], mariadb_db, source_id=1, table="posts")
     job = finished_job(pair.b, pair.clients["b"], start_sync(pair.b, pair.clients["b"], "posts"))
     assert job["state"] == "ok", json.dumps(job)
@@ -146,7 +144,7 @@ def test_metrics_of_either_instance_show_the_postgresql_index_after_a_sync(pair:
 
 
 def test_cli_sync_into_postgresql_shows_progress_and_exact_counts(pair: Pair, mariadb_db: dict) -> None:
-    maria(mariadb_db, "INSERT INTO posts (id, title, body, score) VALUES (%s, %s, %s, %s)", rows=posts_rows(61, 80))
+    insert_posts(mariadb_db, "posts", posts_rows(61, 80))
     before = per_source(pair.rag_dsn, 1)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))}
     done = subprocess.run(
@@ -184,12 +182,7 @@ def test_cli_sync_into_postgresql_shows_progress_and_exact_counts(pair: Pair, ma
 
 
 def test_a_job_running_on_one_instance_is_not_interrupted_on_another(pair: Pair, mariadb_db: dict) -> None:
-    maria(
-        mariadb_db,
-        "CREATE TABLE held (id INT PRIMARY KEY, title VARCHAR(200), body TEXT, score INT,"
-        " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), KEY (updated_at, id))",
-    )
-    maria(mariadb_db, "INSERT INTO held (id, title, body, score) VALUES (%s, %s, %s, %s)", rows=posts_rows(1, 40))
+    posts_table(mariadb_db, "held", posts_rows(1, 40))
     define_source(pair.a, pair.clients["a"], mariadb_db, source_id=2, table="held")
     # The source table locked: A's sync waits on its first read, running (and holding its lock) until we let go.
     locker = pymysql.connect(**mariadb_db, autocommit=True)
