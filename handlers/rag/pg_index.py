@@ -139,7 +139,7 @@ class PgRagIndex:
             open=False,
             name="rag-index",
         )
-        self._unchecked = threading.local()  # set while a connection(first=...) caller asks the pool
+        self._unchecked = threading.local()  # set while a reading_connection caller asks the pool
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
@@ -158,41 +158,62 @@ class PgRagIndex:
         self.pool.close()
 
     @contextlib.contextmanager
-    def connection(self, *, first: Callable[[psycopg.Connection], None] | None = None) -> Iterator[psycopg.Connection]:
-        """A pooled connection in a transaction; PostgreSQL being away is UNAVAILABLE.
-
-        Before a connection is handed out, a statement proves it alive (the pool's `check`): one
-        left over from before a PostgreSQL restart fails it and is replaced. By default that is
-        an empty query, a round trip of its own; a caller whose own first statement is harmless
-        to repeat passes it as `first` and saves the trip (a search: storage.pg_reader)."""
-        try:
-            conn = self._getconn(first)
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection in a transaction (committed at the end, rolled back on an error);
+        PostgreSQL being away is UNAVAILABLE. The pool's check proves it alive first: one left
+        over from before a PostgreSQL restart is replaced."""
+        with self._unavailable_as_error():
+            conn = self.pool.getconn()
             try:
                 with conn:  # commit, or roll back on an error, as psycopg_pool's connection() does
                     yield conn
             finally:
                 self.pool.putconn(conn)
+
+    @contextlib.contextmanager
+    def reading_connection(self, first: Callable[[psycopg.Connection], None]) -> Iterator[psycopg.Connection]:
+        """A pooled connection in autocommit for a search: each statement is its own read, with
+        no BEGIN or COMMIT round trip (a vector search is then two round trips, `first` and the
+        search: ~0.35 ms less than the transaction's BEGIN pipeline and COMMIT, bench/README).
+        `first` is the caller's first statement and proves the connection alive in place of the
+        pool's check, saving that round trip too; it may set session settings (the search's
+        statement_timeout), which the pool's check resets before an ordinary caller gets the
+        connection."""
+        with self._unavailable_as_error():
+            conn = self._getconn(first)
+            try:
+                yield conn
+            finally:
+                if not (conn.broken or conn.closed):
+                    conn.autocommit = False  # client-side only: no transaction is open
+                self.pool.putconn(conn)
+
+    @contextlib.contextmanager
+    def _unavailable_as_error(self) -> Iterator[None]:
+        try:
+            yield
         except PoolTimeout as exc:  # an OperationalError too: first
             raise Unavailable("no connection to the RAG index database within 1 s; retry shortly") from exc
         except psycopg.OperationalError as exc:  # AdminShutdown is one
             raise Unavailable(f"the RAG index database is unreachable ({type(exc).__name__}); retry shortly") from exc
 
-    def _getconn(self, first: Callable[[psycopg.Connection], None] | None) -> psycopg.Connection:
-        if first is None:
-            return self.pool.getconn()  # proven alive by the pool's check
-        # The caller's statement is the check. A connection that fails it for being broken (left
-        # over from a restart) is dropped and the next taken at once; psycopg_pool's own check
-        # loop would wait a second before the next, past POOL_TIMEOUT_S, failing the call.
+    def _getconn(self, first: Callable[[psycopg.Connection], None]) -> psycopg.Connection:
+        """A connection in autocommit that `first` ran on. One failing it for being broken (left
+        over from a restart) is dropped and the next taken at once; psycopg_pool's own check loop
+        would wait a second before the next, past POOL_TIMEOUT_S, failing the call."""
         deadline = time.monotonic() + POOL_TIMEOUT_S
         self._unchecked.active = True
         try:
             while True:
                 conn = self.pool.getconn(max(0.0, deadline - time.monotonic()))
                 try:
+                    conn.autocommit = True
                     first(conn)
                     return conn
                 except BaseException as exc:
                     broken = conn.broken
+                    if not (broken or conn.closed):
+                        conn.autocommit = False
                     self.pool.putconn(conn)  # never lost; a broken one is discarded and another opened
                     if not (broken and isinstance(exc, psycopg.OperationalError)):
                         raise  # the statement failed, not the connection: the caller's error
@@ -200,10 +221,17 @@ class PgRagIndex:
             self._unchecked.active = False
 
     def _check(self, conn: psycopg.Connection) -> None:
-        """The pool's liveness check (an empty query), run in the thread asking for a connection;
-        skipped for a caller that proves the connection with its own first statement."""
-        if not getattr(self._unchecked, "active", False):
-            ConnectionPool.check_connection(conn)
+        """The pool's liveness check, run in the thread asking for a connection: one round trip
+        that also clears a search's session statement_timeout (reading_connection), so a write
+        never runs under a search's deadline. Skipped for a reading_connection caller, whose own
+        first statement proves the connection."""
+        if getattr(self._unchecked, "active", False):
+            return
+        conn.autocommit = True
+        try:
+            conn.execute("RESET statement_timeout")
+        finally:
+            conn.autocommit = False
 
     def _prepare_schema(self) -> None:
         with self.connection() as conn:
@@ -500,8 +528,9 @@ class PgRagIndex:
         ef_search = min(1000, max(HNSW_EF_SEARCH_MIN, fetch))
         if ef_search == HNSW_EF_SEARCH_MIN:  # the session's (set on connect)
             rows = conn.execute(*search, binary=True).fetchall()  # binary: 40 vectors as text took ~6 ms to parse
-        else:  # a wider one travels with the search: one round trip, the pipeline's sync (results read after it)
-            with conn.pipeline():
+        else:  # a wider one, for this search only: set in its own transaction (an autocommit search
+            # connection gets one here), sent with the search in one pipeline, results read after its sync
+            with conn.pipeline(), conn.transaction() if conn.autocommit else contextlib.nullcontext():
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
                 cursor = conn.execute(*search, binary=True)
             rows = cursor.fetchall()

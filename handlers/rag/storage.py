@@ -182,22 +182,21 @@ def _without_window(match: fts.MatchQuery) -> fts.MatchQuery:
 
 @contextlib.contextmanager
 def pg_reader(index: PgRagIndex, call: Call) -> Iterator[PgReader]:
-    """One pooled connection; statement_timeout = what is left of the call, so PostgreSQL cancels
-    a statement running past the deadline. The same round trip reads whether a source is disabled."""
+    """One pooled connection in autocommit (each statement its own read: no BEGIN or COMMIT
+    round trip); its statement_timeout = what is left of the call, so PostgreSQL cancels a
+    statement running past the deadline. The same round trip reads whether a source is
+    disabled, and proves the pooled connection alive."""
     enabled: list[bool] = []
 
-    def preamble(conn: psycopg.Connection) -> None:  # also what proves the pooled connection alive
+    def preamble(conn: psycopg.Connection) -> None:
         left_ms = max(1, int((call.deadline - time.monotonic()) * 1000))
-        # The transaction's BEGIN and this statement: one round trip, the pipeline's sync. Fetching
-        # inside the block would cost one more (a flush, then the sync at its end).
-        with conn.pipeline():
-            cursor = conn.execute(
-                "SELECT set_config('statement_timeout', %s, true), NOT EXISTS (SELECT 1 FROM rag_sources WHERE enabled = 0)",
-                (str(left_ms),),
-            )
-        enabled[:] = cursor.fetchone()[1:]
+        row = conn.execute(
+            "SELECT set_config('statement_timeout', %s, false), NOT EXISTS (SELECT 1 FROM rag_sources WHERE enabled = 0)",
+            (str(left_ms),),
+        ).fetchone()
+        enabled[:] = row[1:]
 
-    with index.connection(first=preamble) as conn:
+    with index.reading_connection(preamble) as conn:
         try:
             yield PgReader(index, conn, sources_enabled=enabled[0])
         except psycopg.errors.QueryCanceled as exc:

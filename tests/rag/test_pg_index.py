@@ -190,9 +190,39 @@ def test_a_first_statement_that_fails_returns_its_connection(index: PgRagIndex) 
     """A caller's own first statement failing for its own reason is the caller's error, and the
     connection goes back to the pool: more failures than the pool holds leave it serving."""
     for _ in range(index.pool.max_size + 2):
-        with pytest.raises(psycopg.errors.DivisionByZero), index.connection(first=lambda conn: conn.execute("SELECT 1/0")):
+        with pytest.raises(psycopg.errors.DivisionByZero), index.reading_connection(lambda conn: conn.execute("SELECT 1/0")):
             pass
     assert index.source_counts()[1] == {"docs": 0, "chunks": 0}
+
+
+def test_a_search_leaves_no_setting_behind_for_the_next_caller(index: PgRagIndex) -> None:
+    """A search reads in autocommit with the call's deadline as its session statement_timeout,
+    and a wide k sets hnsw.ef_search for its own statement only: the next caller of the same
+    connection (a write, which may run long) gets neither."""
+    index.write_batch([doc("a", ["alpha"])])
+    call = Call(
+        Caps(k_max=200, candidates_max=200, query_max_bytes=4096, response_max_bytes=100_000, timeout_ms=5_000),
+        deadline=time.monotonic() + 0.2,
+    )
+    with pg_reader(index, call) as reader:
+        pid = reader.conn.info.backend_pid
+        timeout = "SELECT current_setting('statement_timeout')::interval BETWEEN '1ms' AND '200ms'"
+        assert reader.conn.execute(timeout).fetchone()[0] is True  # what is left of the call
+        wide = index.nearest(reader.conn, np.asarray(EMBEDDER.embed(["alpha"])[0]), 100)  # ef_search 200 for it
+        assert [r for r, _ in wide.rows] == [1]
+        assert reader.conn.execute("SELECT current_setting('hnsw.ef_search')").fetchone()[0] == str(pg_index.HNSW_EF_SEARCH_MIN)
+        assert reader.conn.execute(timeout).fetchone()[0] is True  # still set: the session's, for the whole call
+    taken = []  # through the pool's check, as every ordinary caller takes one, until the search's comes
+    try:
+        while not taken or taken[-1].info.backend_pid != pid:
+            taken.append(index.pool.getconn())
+        conn = taken[-1]
+        assert not conn.autocommit
+        assert conn.execute("SELECT current_setting('statement_timeout'), pg_sleep(0.3)::text").fetchone()[0] == "0"
+        conn.rollback()
+    finally:
+        for conn in taken:
+            index.pool.putconn(conn)
 
 
 def test_one_sync_per_source_across_instances(index: PgRagIndex) -> None:
