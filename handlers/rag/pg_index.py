@@ -77,7 +77,9 @@ def schema_ddl(dim: int, hnsw_type: str) -> str:
 @dataclass(frozen=True)
 class Nearest:
     rows: list[tuple[int, float]]  # the k nearest: (chunk_rowid, exact cosine distance), nearest first
-    candidates: list[int]  # every candidate the graph proposed (>= k when as many pass), nearest first
+    candidates: list[
+        int
+    ]  # every candidate the graph proposed (>= k when as many pass), nearest first; without vectors, the k nearest
     matrix: np.ndarray  # their stored float32 vectors, row for row (the caller rescores with them); empty if not read
     short: bool  # fewer than k came back though the filter may admit more (scan limit reached)
     hits: dict[int, tuple[Any, ...]]  # each candidate's hit columns, as pg_fts.hit_rows reads them
@@ -89,10 +91,21 @@ _WITH_HIT_COLUMNS = (
     "SELECT n.chunk_rowid, n.d, n.embedding, n.chunk_id, n.doc_id, n.source_id, s.name, n.title, d.metadata_json"
     " FROM ({inner}) n JOIN rag_sources s ON s.source_id = n.source_id JOIN rag_documents d ON d.doc_id = n.doc_id"
 )
+
 # What `inner` selects as the vector: the stored one (for callers that rescore or move the query),
 # or nothing: sending 20 vectors (1.5 KB each, detoasted for the output) cost ~1 ms of a 3.5 ms
 # search at 200k chunks, and the distance is exact without them.
 _VECTOR_COLUMN = {True: "c.embedding", False: "NULL::vector AS embedding"}
+
+
+def _with_hit_columns(inner: str, params: tuple[Any, ...], *, vectors: bool, k: int) -> tuple[str, tuple[Any, ...]]:
+    """The search statement: `inner`'s candidates with their hit columns. Without vectors the
+    caller wants only the k nearest, so they are cut to those by exact distance before the join
+    (hybrid's ranking: 100 of 200 candidates joined, each a rag_documents lookup)."""
+    if vectors:
+        return _WITH_HIT_COLUMNS.format(inner=inner), params
+    top = f"SELECT * FROM ({inner}) candidate ORDER BY d, chunk_rowid LIMIT %s"
+    return _WITH_HIT_COLUMNS.format(inner=top), (*params, k)
 
 
 def _configure_session(conn: psycopg.Connection) -> None:
@@ -511,11 +524,11 @@ class PgRagIndex:
                 f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, {_VECTOR_COLUMN[vectors]}, c.chunk_id, c.doc_id, c.source_id,"
                 " c.title FROM allowed c ORDER BY d, c.chunk_rowid LIMIT %s"
             )
+            sql, args = _with_hit_columns(inner, (*params, exact, fetch), vectors=vectors, k=k)
             rows = conn.execute(
                 "WITH allowed AS MATERIALIZED (SELECT c.chunk_rowid, c.embedding, c.chunk_id, c.doc_id, c.source_id, c.title"
-                f" FROM rag_chunks c WHERE c.embedding IS NOT NULL AND ({pg_where(where)})) "
-                + _WITH_HIT_COLUMNS.format(inner=inner),
-                (*params, exact, fetch),
+                f" FROM rag_chunks c WHERE c.embedding IS NOT NULL AND ({pg_where(where)})) " + sql,
+                args,
                 binary=True,
             ).fetchall()
             return self._ranked(rows, k, short=False)
@@ -524,7 +537,7 @@ class PgRagIndex:
             f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, {_VECTOR_COLUMN[vectors]}, c.chunk_id, c.doc_id, c.source_id,"
             f" c.title FROM rag_chunks c WHERE c.embedding IS NOT NULL AND ({pg_where(where)}) ORDER BY {self._hnsw} <=> %s LIMIT %s"
         )
-        search = (_WITH_HIT_COLUMNS.format(inner=inner), (exact, *params, graph, fetch))
+        search = _with_hit_columns(inner, (exact, *params, graph, fetch), vectors=vectors, k=k)
         ef_search = min(1000, max(HNSW_EF_SEARCH_MIN, fetch))
         if ef_search == HNSW_EF_SEARCH_MIN:  # the session's (set on connect)
             rows = conn.execute(*search, binary=True).fetchall()  # binary: 40 vectors as text took ~6 ms to parse

@@ -105,21 +105,28 @@ def search_fuse(
     # drag the fused order below plain FTS. The blueprint's RRF skips it unless asked.
     all_terms = match.all_terms(settings.all_terms_window) if match is not None and settings.w_all_terms > 0 else None
     all_rows = reader.fts_ranked(all_terms, flt, limit=fts_k) if all_terms is not None else []
+    terms = len(match.terms) if match is not None else 0
     signals = None
     if settings.fusion == "adaptive":
         signals = fusion.QuerySignals(
-            terms=len(match.terms) if match is not None else 0,
+            terms=terms,
             max_idf=reader.rare_term_idf(match, fusion.RARE_IDF) if fts_rows else 0.0,
         )
     query = query_vector()
     call.check_deadline()
     unit = unit_query(query, reader.dim)
-    pool = reader.vector_candidates(unit, vec_k, flt) if settings.w_vec > 0 else None
-    vec_rows = pool.nearest(unit, vec_k) if pool is not None else []
+    feedback = bool(settings.feedback_docs) and terms >= settings.feedback_min_terms
+    pool = None
+    if settings.w_vec > 0 and feedback:  # the candidates' vectors: feedback ranks them again
+        pool = reader.vector_candidates(unit, vec_k, flt)
+        vec_rows = pool.nearest(unit, vec_k)
+    elif settings.w_vec > 0:  # the same ranking, with no vectors read back (PostgreSQL: 200 vectors cost ~8 ms)
+        vec_rows = reader.vector_nearest(unit, vec_k, flt)
+    else:
+        vec_rows = []
     call.check_deadline()
     fused = _combine(fts_rows, vec_rows, vec_rows, all_rows, signals, settings)
-    terms = len(match.terms) if match is not None else 0
-    if settings.feedback_docs and vec_rows and terms >= settings.feedback_min_terms:
+    if pool is not None and vec_rows:
         # Pseudo-relevance feedback (Rocchio) on the query vector: the top fused chunks, which
         # both rankings vouch for, pull the query towards the vocabulary of the relevant
         # documents; the vector ranking is redone with it and fused again (bench/README.md).
