@@ -414,16 +414,17 @@ def main() -> None:
     result["baseline"] = measure_baselines(conn, out_dir, queries, truth["none"], k=args.k, n_brute=n_brute)
     brute_p50 = result["baseline"]["vec0_float_brute_force"]["p50_ms"]
     result["ratios"] = {"vec0_brute_p50_over_ann_p50": round(brute_p50 / max(layer["vector"]["p50_ms"], 1e-9), 1)}
-    if not args.skip_tools:
-        from rag_tools import measure_tools
-
-        result["tools"] = measure_tools(out_dir, db, texts, queries, truth, k=args.k, dim=args.dim)
-    if args.backend == "postgresql":
+    if args.backend == "postgresql":  # both backends' tools, measured interleaved (rag_tools.measure_tools)
         from rag_latency_pg import measure_postgres, side_by_side
 
         result["postgresql"] = measure_postgres(args, corpus, texts, queries, truth, db)
-        if "tools" in result:
+        if "tools" in result["postgresql"]:
+            result["tools"] = result["postgresql"].pop("sqlite_tools")
             result["postgresql_vs_sqlite"] = side_by_side(result["tools"], result["postgresql"]["tools"])
+    elif not args.skip_tools:
+        from rag_tools import measure_tools
+
+        result["tools"] = measure_tools({"sqlite": (out_dir, {})}, db, texts, queries, truth, k=args.k, dim=args.dim)["sqlite"]
     result["memory"]["peak_rss_mb"] = rss_mb()["peak_rss_mb"]
     result["load_average_1m_end"] = round(os.getloadavg()[0], 2)
     emit(result, args.json)

@@ -175,18 +175,24 @@ def measure_postgres(
         index.close()
         if args.skip_tools:
             return {"build": build, "disk_mb": disk, "ef_search_sweep": sweep}
-        log("measuring the tools on PostgreSQL")
+        log("measuring the tools on rag.db and PostgreSQL, query by query in turn")
+        pg_variables = {"rag-backend": "postgresql", "rag-postgres_dsn": dsn}
         tools = measure_tools(
-            Path(data_dir),
+            {"sqlite": (sqlite_db.parent, {}), "postgresql": (Path(data_dir), pg_variables)},
             sqlite_db,
             texts,
             queries,
             truth,
             k=args.k,
             dim=args.dim,
-            variables={"rag-backend": "postgresql", "rag-postgres_dsn": dsn},
         )
-    return {"build": build, "disk_mb": disk, "ef_search_sweep": sweep, "tools": tools}
+    return {
+        "build": build,
+        "disk_mb": disk,
+        "ef_search_sweep": sweep,
+        "tools": tools["postgresql"],
+        "sqlite_tools": tools["sqlite"],
+    }
 
 
 def ef_search_sweep(index: PgRagIndex, sqlite_db: Path, queries: np.ndarray, truth: list[list[int]], *, k: int) -> dict:

@@ -53,7 +53,7 @@ def _open_handler(out_dir: Path, db: Path, variables: dict[str, str]):  # noqa: 
 
 
 def measure_tools(
-    out_dir: Path,
+    backends: dict[str, tuple[Path, dict[str, str]]],
     db: Path,
     texts: list[str],
     queries: np.ndarray,
@@ -61,11 +61,16 @@ def measure_tools(
     *,
     k: int,
     dim: int,
-    variables: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """`variables` (rag-backend ...) measure another backend's copy of the index: `db` (rag.db)
-    then only maps chunk ids to the rowids the exact truth is in."""
-    handler, embedder = _open_handler(out_dir, db, variables or {})
+) -> dict[str, dict[str, Any]]:
+    """Each backend is (its data directory, the variables that select it: none for rag.db in the
+    directory, rag-backend ... for another copy of the index); `db` (rag.db) also maps chunk ids
+    to the rowids the exact truth is in. Results per backend name.
+
+    With more than one backend every case runs on all of them query by query, in turn (the
+    first alternating), so each query's calls meet the machine in the same state: the ratios
+    are side by side in time, not one backend's run after the other's (on a quiet 2-core VM,
+    rag.db's own vector p50 varied 1.9-2.6 ms between runs a minute apart)."""
+    handlers = {name: _open_handler(out_dir, db, variables) for name, (out_dir, variables) in backends.items()}
     conn = connect(db)
     doc_ids_20 = [d for (d,) in conn.execute("SELECT doc_id FROM rag_documents ORDER BY doc_id LIMIT 20 OFFSET 1000")]
     rowid_of = {}
@@ -100,38 +105,51 @@ def measure_tools(
         ),
     }
 
-    async def run_all() -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, (tool, make_args) in cases.items():
-            spec = handler.find_tool(tool)
-            times, found = [], []
+    async def call(name: str, tool: str, args: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        handler, _ = handlers[name]
+        ctx = CallContext(endpoint="rag", tool_name=tool, runtime=handler.services.runtime, deadline=time.monotonic() + timeout_s)
+        return await handler.execute_tool(handler.find_tool(tool), args, ctx)
+
+    async def run_all() -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {name: {} for name in handlers}
+        for case, (tool, make_args) in cases.items():
             # One unmeasured pass over the same queries first: each case is measured with its working
             # set in memory (for PostgreSQL, the HNSW pages in shared_buffers, which the keyword cases
             # before it evict; rag.db's ANN is in the process's memory from the start).
+            for name in handlers:
+                for i in range(len(texts)):
+                    await call(name, tool, make_args(i), 60)
+                if tool == "rag.search_hybrid":  # every hybrid case pays for embedding its queries
+                    handler, embedder = handlers[name]
+                    handler.query_cache = QueryEmbeddingCache(embedder, max_entries=1024)
+            times: dict[str, list[tuple[float, float]]] = {name: [] for name in handlers}
+            found: dict[str, list[list[str]]] = {name: [] for name in handlers}
             for i in range(len(texts)):
-                warm = CallContext(
-                    endpoint="rag", tool_name=tool, runtime=handler.services.runtime, deadline=time.monotonic() + 60
-                )
-                await handler.execute_tool(spec, make_args(i), warm)
-            if tool == "rag.search_hybrid":  # every hybrid case pays for embedding its queries
-                handler.query_cache = QueryEmbeddingCache(embedder, max_entries=1024)
-            for i in range(len(texts)):
-                ctx = CallContext(
-                    endpoint="rag", tool_name=tool, runtime=handler.services.runtime, deadline=time.monotonic() + 30
-                )
-                started, cpu_started = time.perf_counter(), time.process_time()
-                result = await handler.execute_tool(spec, make_args(i), ctx)
-                times.append((time.perf_counter() - started, time.process_time() - cpu_started))
-                if result["isError"]:
-                    raise RuntimeError(f"{name}: {result['structuredContent']}")
-                found.append([hit["chunk_id"] for hit in result["structuredContent"]["results"]])
-            out[name] = percentiles(times)
-            if tool == "rag.search_vector":
-                out[name]["_found"] = found
+                order = list(handlers) if i % 2 == 0 else list(reversed(handlers))
+                for name in order:
+                    started, cpu_started = time.perf_counter(), time.process_time()
+                    result = await call(name, tool, make_args(i), 30)
+                    times[name].append((time.perf_counter() - started, time.process_time() - cpu_started))
+                    if result["isError"]:
+                        raise RuntimeError(f"{name} {case}: {result['structuredContent']}")
+                    found[name].append([hit["chunk_id"] for hit in result["structuredContent"]["results"]])
+            for name in handlers:
+                out[name][case] = percentiles(times[name])
+                if tool == "rag.search_vector":
+                    out[name][case]["_found"] = found[name]
         return out
 
-    results = anyio.run(run_all)
-    # Recall through the tool: chunk ids back to rowids, against the layer's exact truth.
+    measured = anyio.run(run_all)
+    summaries = {name: _summarise(results, handlers[name][1], conn, truth, texts, rowid_of) for name, results in measured.items()}
+    for handler, _ in handlers.values():
+        anyio.run(handler.close)
+    return summaries
+
+
+def _summarise(
+    results: dict[str, Any], embedder: Any, conn: Any, truth: dict[str, list[list[int]]], texts: list[str], rowid_of: dict
+) -> dict[str, Any]:
+    """Recall through the tool, filtered/unfiltered ratios, and the embedding time alone."""
     for name, truth_key in (
         ("vector", "none"),
         ("ann_filter_source_25pct", "source_25pct"),
@@ -139,7 +157,7 @@ def measure_tools(
         ("ann_filter_docs_20", "docs_20"),
     ):
         found = results[name].pop("_found")
-        ids = sorted({c for row in found for c in row} - rowid_of.keys())
+        ids = sorted({c for row in found for c in row} - rowid_of.keys())  # chunk ids back to rowids
         for start in range(0, len(ids), 500):
             part = ids[start : start + 500]
             rowid_of.update(
@@ -162,5 +180,4 @@ def measure_tools(
         embedder.embed([text + " x"])  # not the cached query: the real model's cost per query
         embed_times.append((time.perf_counter() - started, time.process_time() - cpu_started))
     results["query_embedding_alone"] = percentiles(embed_times)
-    anyio.run(handler.close)
     return results
