@@ -77,9 +77,8 @@ def schema_ddl(dim: int, hnsw_type: str) -> str:
 @dataclass(frozen=True)
 class Nearest:
     rows: list[tuple[int, float]]  # the k nearest: (chunk_rowid, exact cosine distance), nearest first
-    candidates: list[
-        int
-    ]  # every candidate the graph proposed (>= k when as many pass), nearest first; without vectors, the k nearest
+    # Every candidate the graph proposed (>= k when as many pass), nearest first; without vectors, the k nearest.
+    candidates: list[int]
     matrix: np.ndarray  # their stored float32 vectors, row for row (the caller rescores with them); empty if not read
     short: bool  # fewer than k came back though the filter may admit more (scan limit reached)
     hits: dict[int, tuple[Any, ...]]  # each candidate's hit columns, as pg_fts.hit_rows reads them
@@ -197,9 +196,7 @@ class PgRagIndex:
             try:
                 yield conn
             finally:
-                if not (conn.broken or conn.closed):
-                    conn.autocommit = False  # client-side only: no transaction is open
-                self.pool.putconn(conn)
+                self._put_back_reading(conn)
 
     @contextlib.contextmanager
     def _unavailable_as_error(self) -> Iterator[None]:
@@ -225,13 +222,18 @@ class PgRagIndex:
                     return conn
                 except BaseException as exc:
                     broken = conn.broken
-                    if not (broken or conn.closed):
-                        conn.autocommit = False
-                    self.pool.putconn(conn)  # never lost; a broken one is discarded and another opened
+                    self._put_back_reading(conn)  # never lost; a broken one is discarded and another opened
                     if not (broken and isinstance(exc, psycopg.OperationalError)):
                         raise  # the statement failed, not the connection: the caller's error
         finally:
             self._unchecked.active = False
+
+    def _put_back_reading(self, conn: psycopg.Connection) -> None:
+        """A reading_connection's connection back to the pool, out of autocommit as the pool's
+        other callers expect (client-side only: no transaction is open; a broken one is discarded)."""
+        if not (conn.broken or conn.closed):
+            conn.autocommit = False
+        self.pool.putconn(conn)
 
     def _check(self, conn: psycopg.Connection) -> None:
         """The pool's liveness check, run in the thread asking for a connection: one round trip
@@ -531,7 +533,7 @@ class PgRagIndex:
                 args,
                 binary=True,
             ).fetchall()
-            return self._ranked(rows, k, short=False)
+            return self._ranked(rows, k, short=False, vectors=vectors)
         graph = self._wrap_index(np.asarray(query, dtype=np.float32))
         inner = (
             f"SELECT c.chunk_rowid, c.embedding <=> %s AS d, {_VECTOR_COLUMN[vectors]}, c.chunk_id, c.doc_id, c.source_id,"
@@ -549,7 +551,7 @@ class PgRagIndex:
             rows = cursor.fetchall()
         # Came back short: either the filter admits fewer chunks, or the scan limit stopped it.
         short = len(rows) < k and self._admitted(conn, where, params, k) > len(rows)
-        return self._ranked(rows, k, short=short)
+        return self._ranked(rows, k, short=short, vectors=vectors)
 
     @staticmethod
     def _admitted(conn: psycopg.Connection, where: str, params: Sequence[Any], cap: int, *, any_chunk: bool = False) -> int:
@@ -560,16 +562,15 @@ class PgRagIndex:
             (*params, cap),
         ).fetchone()[0]
 
-    def _ranked(self, rows: list[tuple[Any, ...]], k: int, *, short: bool) -> Nearest:
+    def _ranked(self, rows: list[tuple[Any, ...]], k: int, *, short: bool, vectors: bool) -> Nearest:
         """Rows of _WITH_HIT_COLUMNS, nearest first by exact distance (then rowid)."""
-        vectors = {int(row[0]): row[2] for row in rows}
         pool = sorted(((int(row[0]), float(row[1])) for row in rows), key=lambda item: (item[1], item[0]))
         ids = [rowid for rowid, _ in pool]
-        matrix = (
-            np.vstack([vectors[r].to_numpy() for r in ids]).astype(np.float32)
-            if ids and rows[0][2] is not None
-            else np.zeros((0, self.dim), np.float32)
-        )
+        if vectors and ids:
+            stored = {int(row[0]): row[2] for row in rows}
+            matrix = np.vstack([stored[r].to_numpy() for r in ids]).astype(np.float32)
+        else:
+            matrix = np.zeros((0, self.dim), np.float32)
         hits = {int(row[0]): (int(row[0]), *row[3:]) for row in rows}
         return Nearest(pool[:k], ids, matrix, short, hits)
 

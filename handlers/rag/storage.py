@@ -27,7 +27,7 @@ from handlers.rag import fts, pg_fts, vector_store
 from handlers.rag.filters import FilterSQL, all_sources_enabled
 from handlers.rag.index import RagIndex
 from handlers.rag.limits import Call
-from handlers.rag.pg_index import PgRagIndex
+from handlers.rag.pg_index import Nearest, PgRagIndex
 from handlers.rag.pg_ingest import pg_where
 from handlers.rag.vector_store import Candidates
 
@@ -155,17 +155,18 @@ class PgReader:
         return self.index.term_stats.rare_idf(self.conn, " ".join(self._fts.words_of(match)), threshold)
 
     def vector_candidates(self, unit: np.ndarray, k: int, flt: FilterSQL) -> Candidates:
-        found = self.index.nearest(self.conn, unit, k, where=flt.where, params=flt.params)
-        self.fewer_than_k |= found.short
-        self._hit_rows.update(found.hits)
+        found = self._nearest(unit, k, flt, vectors=True)
         return Candidates(np.asarray(found.candidates, dtype=np.int64), found.matrix)
 
     def vector_nearest(self, unit: np.ndarray, k: int, flt: FilterSQL) -> list[tuple[int, float]]:
         """The k nearest by PostgreSQL's exact distances, without reading their vectors back."""
-        found = self.index.nearest(self.conn, unit, k, where=flt.where, params=flt.params, vectors=False)
+        return self._nearest(unit, k, flt, vectors=False).rows
+
+    def _nearest(self, unit: np.ndarray, k: int, flt: FilterSQL, *, vectors: bool) -> Nearest:
+        found = self.index.nearest(self.conn, unit, k, where=flt.where, params=flt.params, vectors=vectors)
         self.fewer_than_k |= found.short
-        self._hit_rows.update(found.hits)
-        return found.rows
+        self._hit_rows.update(found.hits)  # search.hits then reads none of them again
+        return found
 
     def vector_distances(self, query: np.ndarray, rowids: list[int]) -> dict[int, float]:
         return self.index.distances(self.conn, query, rowids)
