@@ -86,6 +86,7 @@ class ToolSpec:
     is_async: bool
     input_schema: dict[str, Any] = field(default_factory=dict)
     output_schema: dict[str, Any] = field(default_factory=dict)
+    group: type | None = None  # the tool group class that declares it; None: the handler itself
 
     @property
     def portable_name(self) -> str:
@@ -165,7 +166,7 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def _build_spec(func: Callable[..., Any], meta: dict[str, Any]) -> ToolSpec:
+def _build_spec(func: Callable[..., Any], meta: dict[str, Any], group: type | None) -> ToolSpec:
     hints = get_type_hints(func)
     params = [p for p in inspect.signature(func).parameters if p != "self"]
     if len(params) != 2 or "return" not in hints:
@@ -185,7 +186,13 @@ def _build_spec(func: Callable[..., Any], meta: dict[str, Any]) -> ToolSpec:
         is_async=inspect.iscoroutinefunction(func),
         input_schema=_schema(input_model),
         output_schema=_schema(output_model),
+        group=group,
     )
+
+
+def declared_tools(owner: type) -> list[tuple[Callable[..., Any], dict[str, Any]]]:
+    """The `@tool` methods a class declares itself, in source order (not those it inherits)."""
+    return [(attr, meta) for attr in vars(owner).values() if (meta := getattr(attr, "__mcp_tool__", None)) is not None]
 
 
 def tool_result(payload: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
@@ -216,18 +223,21 @@ class ToolHandler:
     timeout_variable: ClassVar[str] = "mcp-timeout_ms"  # the deadline of one call (mcp-timeout_ms caps it)
     example_call: ClassVar[tuple[str, dict[str, Any]] | None] = None  # (tool, arguments) for the first-start banner
 
+    # The tool groups this endpoint serves, in the order tools/list shows them. A tool group is a
+    # plain class (no base) whose constructor takes what its tools use; `make_groups` builds one
+    # of each, explicitly, once the handler is up. A handler may also declare tools itself.
+    tool_groups: ClassVar[tuple[type, ...]] = ()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         specs: dict[str, ToolSpec] = {}
-        for klass in reversed(cls.__mro__):
-            for attr in vars(klass).values():
-                meta = getattr(attr, "__mcp_tool__", None)
-                if meta is None:
-                    continue
-                spec = _build_spec(attr, meta)
-                if spec.name in specs and specs[spec.name].func is not attr:
-                    raise TypeError(f"{cls.__name__}: tool {spec.name} declared twice")
-                specs[spec.name] = spec
+        owners: list[tuple[type, type | None]] = [(klass, None) for klass in reversed(cls.__mro__) if issubclass(klass, ToolHandler)]
+        owners += [(group, group) for group in cls.tool_groups]
+        for owner, group in owners:
+            for func, meta in declared_tools(owner):
+                if meta["name"] in specs:
+                    raise TypeError(f"{cls.__name__}: tool {meta['name']} declared twice")
+                specs[meta["name"]] = _build_spec(func, meta, group)
         cls.tools = specs
         cls._lookup = {**{s.portable_name: s for s in specs.values()}, **specs}
 
@@ -235,6 +245,21 @@ class ToolHandler:
         self.services = services
         self.down_reason = ""  # set by the app when init() fails: tools answer UNAVAILABLE
         self._threads: ThreadPoolExecutor | None = None  # for the blocking tools, made on first use
+        self._groups: dict[type, object] | None = None  # tool group instances, built on the first call
+
+    def make_groups(self) -> list[object]:
+        """One instance of each class in `tool_groups`, given what its tools use. Called once, on
+        the event loop, at the first tool call (after init): what init opened is there to pass."""
+        return []
+
+    def group(self, group: type) -> object:
+        """The instance of one of this handler's tool groups."""
+        if self._groups is None:
+            built = {type(instance): instance for instance in self.make_groups()}
+            if set(built) != set(self.tool_groups):
+                raise TypeError(f"{type(self).__name__}.make_groups built {sorted(c.__name__ for c in built)}, not its tool_groups")
+            self._groups = built
+        return self._groups[group]
 
     # -- lifecycle -------------------------------------------------------------------------
     async def init(self) -> None:
@@ -327,12 +352,13 @@ class ToolHandler:
             more = f" (+{len(details) - 3} more)" if len(details) > 3 else ""
             return error_result(InvalidArgument(f"invalid arguments for {spec.name}: {named}{more}", details=details))
         try:
+            owner = self if spec.group is None else self.group(spec.group)
             if spec.is_async:
                 # The first step runs at once: a tool that finishes without suspending (a runtime
                 # read) needs no deadline timer, which cost more than such a tool (~4 of ~30 us per
                 # call). One that suspends continues under asyncio.timeout, as if it had run inside
                 # it all along: a timer cannot fire during a step that never yields to the loop.
-                coro = spec.func(self, args, ctx)
+                coro = spec.func(owner, args, ctx)
                 try:
                     pending = coro.send(None)
                 except StopIteration as done:
@@ -344,7 +370,7 @@ class ToolHandler:
                 async with asyncio.timeout(ctx.remaining_s()):
                     # At the deadline the caller gets its answer; the thread runs on (holding its
                     # slot of thread_limit) and long tools call ctx.check_deadline() to stop early.
-                    output = await self.in_thread(spec.func, self, args, ctx)
+                    output = await self.in_thread(spec.func, owner, args, ctx)
         except TimeoutError:
             return error_result(DeadlineExceeded(f"{spec.name} did not finish within its deadline"))
         except GatewayError as exc:
