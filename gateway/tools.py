@@ -231,7 +231,9 @@ class ToolHandler:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         specs: dict[str, ToolSpec] = {}
-        owners: list[tuple[type, type | None]] = [(klass, None) for klass in reversed(cls.__mro__) if issubclass(klass, ToolHandler)]
+        owners: list[tuple[type, type | None]] = [
+            (klass, None) for klass in reversed(cls.__mro__) if issubclass(klass, ToolHandler)
+        ]
         owners += [(group, group) for group in cls.tool_groups]
         for owner, group in owners:
             for func, meta in declared_tools(owner):
@@ -257,7 +259,9 @@ class ToolHandler:
         if self._groups is None:
             built = {type(instance): instance for instance in self.make_groups()}
             if set(built) != set(self.tool_groups):
-                raise TypeError(f"{type(self).__name__}.make_groups built {sorted(c.__name__ for c in built)}, not its tool_groups")
+                raise TypeError(
+                    f"{type(self).__name__}.make_groups built {sorted(c.__name__ for c in built)}, not its tool_groups"
+                )
             self._groups = built
         return self._groups[group]
 
