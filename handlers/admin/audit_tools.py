@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from gateway import audit, workers
 from gateway.errors import InvalidArgument, Unavailable
+from gateway.store import ConfigStore
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
-from handlers.admin.base import AdminBase
+from handlers.admin.shared import AuditTrail
 
 FLUSH_WAIT_S = 2.0
 
@@ -64,7 +66,12 @@ def _since(value: float | str) -> float:
         raise InvalidArgument(f"since must be unix seconds or ISO 8601, got {value!r}") from None
 
 
-class AuditTools(AdminBase):
+class AuditTools:
+    def __init__(self, store: ConfigStore, trail: AuditTrail, cache_flushers: Mapping[str, Callable[[str | None], int]]) -> None:
+        self.store = store
+        self.trail = trail
+        self.cache_flushers = cache_flushers  # this process's caches by kind (Services.cache_flushers)
+
     @tool("admin.audit", title="Read the audit trail", read_only=True)
     def audit(self, args: AuditIn, ctx: CallContext) -> AuditOut:
         """Read the audit trail of administrative changes, newest first: when, endpoint, token fingerprint, client, tool and arguments, before/after (secrets masked), outcome."""
@@ -74,8 +81,8 @@ class AuditTools(AdminBase):
     @tool("admin_flush_cache", title="Flush caches", read_only=False, destructive=True, idempotent=True)
     def flush_cache(self, args: FlushCacheIn, ctx: CallContext) -> FlushCacheOut:
         """Flush the query result cache and/or the read-only checker's statement-shape caches in every worker; entries are rebuilt on demand."""
-        flushers = self.services.cache_flushers
-        with self.audited(ctx, args.model_dump()) as entry:
+        flushers = self.cache_flushers
+        with self.trail.audited(ctx, args.model_dump()) as entry:
             wanted = sorted(flushers) if args.cache_type == "all" else [args.cache_type]
             missing = [kind for kind in wanted if kind not in flushers]
             if missing:

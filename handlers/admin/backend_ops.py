@@ -20,7 +20,7 @@ from gateway.errors import InvalidArgument, NotFound, PermissionDenied, Unavaila
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from gateway.variables import Variable
 from handlers.admin import engines
-from handlers.admin.base import AdminBase
+from handlers.admin.shared import AuditTrail
 
 ADMIN_VARIABLES: tuple[Variable, ...] = (
     Variable(
@@ -153,7 +153,10 @@ def gateway_accounts(ctx: CallContext) -> set[str]:
     return {row["db_username"] for row in ctx.runtime.table("runtime_mcp_auth_profiles") if row.get("db_username")}
 
 
-class BackendTools(AdminBase):
+class BackendTools:
+    def __init__(self, trail: AuditTrail) -> None:
+        self.trail = trail
+
     def _target(self, ctx: CallContext, target_id: str) -> Target:
         targets, skipped = targets_from_runtime(ctx.runtime)
         if target_id in skipped:
@@ -182,7 +185,7 @@ class BackendTools(AdminBase):
     def kill_query(self, args: KillQueryIn, ctx: CallContext) -> KillOut:
         """Cancel one running statement on a target (its connection stays); only statements of the gateway's accounts unless admin-allow_kill_any=true."""
         target = self._target(ctx, args.target_id)
-        with self.audited(ctx, args.model_dump()) as entry, engines.session(target) as conn:
+        with self.trail.audited(ctx, args.model_dump()) as entry, engines.session(target) as conn:
             found = engines.process(target, conn, args.process_id)
             if found is None:
                 raise NotFound(f"no running statement with process id {args.process_id} visible on {target.target_id!r}")
@@ -219,7 +222,7 @@ class BackendTools(AdminBase):
                 f"password must have at least {MIN_PASSWORD_CHARS} characters (or omit it to get one generated)"
             )
         password = args.password or random_secrets.token_urlsafe(18)
-        with self.audited(ctx, args.model_dump()) as entry:
+        with self.trail.audited(ctx, args.model_dump()) as entry:
             entry.extra_secrets.append(password)
             with engines.session(target) as conn:
                 granted = engines.create_user(
@@ -241,7 +244,7 @@ class BackendTools(AdminBase):
         _check_names(args.username, args.host)
         if not ON.match(args.on):
             raise InvalidArgument("on must be '*', '<schema>.*' or '<schema>.<table>' (letters, digits, _ and $)")
-        with self.audited(ctx, args.model_dump()) as entry:
+        with self.trail.audited(ctx, args.model_dump()) as entry:
             privileges = [" ".join(p.upper().split()) for p in args.privileges]
             privileged = sorted(p for p in privileges if p in PRIVILEGED[target.protocol])
             unknown = sorted(set(privileges) - TABLE_PRIVILEGES[target.protocol] - PRIVILEGED[target.protocol])

@@ -18,7 +18,7 @@ from gateway.errors import InvalidArgument
 from gateway.store import ConfigStore
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.admin import rows
-from handlers.admin.base import AdminBase, module_named
+from handlers.admin.shared import AuditTrail, module_named
 
 PROFILES, RULES, SOURCES = "MCP PROFILES", "MCP QUERY RULES", "RAG SOURCES"
 FLAG_COLUMNS = {"use_ssl", "allow_explain", "allow_explain_analyze", "allow_discovery", "active", "enabled"}
@@ -165,7 +165,11 @@ class ListRowsOut(ToolOutput):
 # -- the tools ------------------------------------------------------------------------------------
 
 
-class ConfigEditTools(AdminBase):
+class ConfigEditTools:
+    def __init__(self, store: ConfigStore, trail: AuditTrail) -> None:
+        self.store = store
+        self.trail = trail
+
     def _layered(self, module_name: str, table: str) -> list[LayeredRow]:
         store = self.store
         module = module_named(store, module_name)
@@ -191,13 +195,13 @@ class ConfigEditTools(AdminBase):
         store = self.store
         module = module_named(store, module_name)
         values = _db_values(args, json_columns=kw.pop("json_columns", ()))
-        with self.audited(ctx, values) as entry:
+        with self.trail.audited(ctx, values) as entry:
             before, after = rows.upsert(store, module, table, values, **kw)
             entry.before, entry.after = _shown(store, module_name, before), _shown(store, module_name, after)
             return EditOut(table=table, action="updated" if before else "inserted", row=entry.after or {})
 
     def _delete(self, ctx: CallContext, module_name: str, table: str, key: dict[str, Any]) -> EditOut:
-        with self.audited(ctx, key) as entry:
+        with self.trail.audited(ctx, key) as entry:
             deleted = rows.delete(self.store, table, key)
             entry.before = _shown(self.store, module_name, deleted)
             return EditOut(table=table, action="deleted", row=entry.before or {})
@@ -243,7 +247,7 @@ class ConfigEditTools(AdminBase):
             )
         ]
         if users:
-            with self.audited(ctx, {"auth_profile_id": args.auth_profile_id}):
+            with self.trail.audited(ctx, {"auth_profile_id": args.auth_profile_id}):
                 raise InvalidArgument(
                     f"auth profile {args.auth_profile_id!r} is used by target(s) {', '.join(sorted(users))}; "
                     "point them elsewhere or delete them first"

@@ -1,84 +1,31 @@
-"""/mcp/admin: the tools admins run, one module per concern, joined here as mixins.
+"""/mcp/admin: the tools admins run, one group per concern, each a plain class given what it uses.
 
+    sql_tool.py      admin.sql, ProxySQL-style statements over the admin tables
     config_edits.py  structured edits of profiles, rules and RAG sources (memory layer)
     layers.py        load to runtime, save to disk, load from disk, diff, admin_reload
     tokens.py        rotate, revoke and list bearer tokens
     backend_ops.py   processes, kill, users, create user, grant (engines.py: the engines' SQL)
     audit_tools.py   the audit trail; admin_flush_cache
-    handler.py       admin.sql, ProxySQL-style statements over the admin tables
 
-Every change is written to the audit trail (gateway/audit.py) through AdminBase.audited.
+Every change is written to the audit trail (gateway/audit.py) through shared.AuditTrail.audited.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pydantic import Field
-
-from gateway import audit
-from gateway.admin_sql import AdminSQL
-from gateway.tools import CallContext, ToolInput, ToolOutput, tool
+from gateway.tools import ToolHandler
 from gateway.variables import Variable
 from handlers.admin.audit_tools import AuditTools
 from handlers.admin.backend_ops import ADMIN_VARIABLES, BackendTools
-from handlers.admin.base import AdminBase, known_secrets
 from handlers.admin.config_edits import ConfigEditTools
 from handlers.admin.layers import LayerTools
+from handlers.admin.shared import AuditTrail
+from handlers.admin.sql_tool import AdminSqlTool
 from handlers.admin.tokens import TokenTools
 
 
-class AdminSqlIn(ToolInput):
-    statement: str = Field(
-        max_length=65536,
-        description="One statement: SET var = value; LOAD|SAVE <MODULE> TO|FROM RUNTIME|DISK|MEMORY; or SELECT/INSERT/UPDATE/DELETE/REPLACE on admin tables.",
-    )
-    max_rows: int = Field(default=1000, ge=1, le=10000)
-
-
-class AdminSqlOut(ToolOutput):
-    ok: bool = True
-    message: str | None = None
-    runtime_version: int | None = None
-    warnings: list[str] | None = Field(
-        default=None,
-        description="LOAD ... TO RUNTIME: what serves but deserves a look (a target whose account can write, a skipped target).",
-    )
-    columns: list[str] | None = None
-    rows: list[list[Any]] | None = None
-    row_count: int | None = None
-    truncated: bool = False
-    changes: int | None = None
-
-
-class AdminSqlTool(AdminBase):
-    def __init__(self, services: Any) -> None:
-        super().__init__(services)
-        self.admin_sql = AdminSQL(services.store)
-
-    @tool("admin.sql", title="Run an admin statement", read_only=False, destructive=True)
-    def sql(self, args: AdminSqlIn, ctx: CallContext) -> AdminSqlOut:
-        """Run one admin statement against the gateway's configuration store.
-
-        Only admin tables are reachable; secret values (tokens, passwords) are masked or read as NULL.
-        Writes are audited. Examples: `SELECT * FROM global_variables`, `SET mcp-timeout_ms=5000`,
-        `LOAD MCP VARIABLES TO RUNTIME`, `SAVE MCP VARIABLES TO DISK`. `SELECT * FROM stats_mcp_query_digest_reset`
-        (or stats_mcp_query_rules_reset) returns the statistics and zeroes them."""
-        if self.services.sql is not None and "_reset" in args.statement.lower():
-            self.services.sql.flush_stats()  # this worker's pending digests and rule hits belong to what is read and zeroed
-        reads_only = args.statement.lstrip()[:6].upper() == "SELECT"
-        result = self.admin_sql.execute(
-            args.statement,
-            max_rows=args.max_rows,
-            actor=audit.actor_of(ctx),
-            secrets=() if reads_only else known_secrets(self.store, ctx.runtime.variables),
-            runtime_variables=ctx.runtime.variables,
-        )
-        return AdminSqlOut(**result)
-
-
-# tools/list shows the tools of the last base first: admin.sql, then config edits ... audit.
-class AdminHandler(AuditTools, BackendTools, TokenTools, LayerTools, ConfigEditTools, AdminSqlTool):
+class AdminHandler(ToolHandler):
     endpoint = "admin"
     title = "Gateway administration"
     instructions = (
@@ -89,3 +36,18 @@ class AdminHandler(AuditTools, BackendTools, TokenTools, LayerTools, ConfigEditT
         "Every change is audited (admin.audit). admin.sql runs ProxySQL-style statements on the admin tables."
     )
     variables: ClassVar[tuple[Variable, ...]] = ADMIN_VARIABLES
+    # tools/list shows admin.sql first, then config edits, layers, tokens, backend operations, the audit trail.
+    tool_groups: ClassVar[tuple[type, ...]] = (AdminSqlTool, ConfigEditTools, LayerTools, TokenTools, BackendTools, AuditTools)
+
+    def make_groups(self) -> list[object]:
+        services = self.services
+        store = services.store
+        trail = AuditTrail(store)
+        return [
+            AdminSqlTool(store, services.sql),
+            ConfigEditTools(store, trail),
+            LayerTools(store, trail),
+            TokenTools(store, trail, services.token_use),
+            BackendTools(trail),
+            AuditTools(store, trail, services.cache_flushers),
+        ]

@@ -11,10 +11,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gateway import workers
-from gateway.store import ConfigModule
+from gateway.store import ConfigModule, ConfigStore
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.admin import rows
-from handlers.admin.base import AdminBase
+from handlers.admin.shared import AuditTrail, require_module
 
 MODULE_HELP = "MCP VARIABLES, MCP PROFILES, MCP QUERY RULES or RAG SOURCES (or variables, profiles, rules, sources)."
 RELOAD_TARGETS = {"variables": "MCP VARIABLES", "profiles": "MCP PROFILES", "rules": "MCP QUERY RULES", "sources": "RAG SOURCES"}
@@ -97,7 +97,11 @@ def _changes(found: list[DiffRow], attribute: str) -> list[str]:
     return [f"{r.table}/{r.key} ({getattr(r, attribute)})" for r in found if getattr(r, attribute) != "same"][:100]
 
 
-class LayerTools(AdminBase):
+class LayerTools:
+    def __init__(self, store: ConfigStore, trail: AuditTrail) -> None:
+        self.store = store
+        self.trail = trail
+
     def _load(self, ctx: CallContext, module: ConfigModule) -> LayerOut:
         store = self.store
         changed = _changes(diff_rows(store, module), "memory_vs_runtime")
@@ -113,8 +117,8 @@ class LayerTools(AdminBase):
         )
 
     def _verb(self, ctx: CallContext, name: str, action: str) -> LayerOut:
-        module = self.require_module(name)
-        with self.audited(ctx, {"module": module.name}) as entry:
+        module = require_module(self.store, name)
+        with self.trail.audited(ctx, {"module": module.name}) as entry:
             if action == "load_to_runtime":
                 out = self._load(ctx, module)
             else:
@@ -146,7 +150,7 @@ class LayerTools(AdminBase):
     @tool("admin.diff", title="Compare memory, runtime and disk", read_only=True)
     def diff(self, args: DiffIn, ctx: CallContext) -> DiffOut:
         """Compare a module's memory, runtime and disk layers row by row (secrets masked): what a load or a save would change."""
-        module = self.require_module(args.module)
+        module = require_module(self.store, args.module)
         found = diff_rows(self.store, module)
         listed = [r for r in found if args.include_same or r.memory_vs_runtime != "same" or r.memory_vs_disk != "same"]
         return DiffOut(
@@ -163,7 +167,7 @@ class LayerTools(AdminBase):
         names = list(RELOAD_TARGETS.values()) if args.target == "all" else [RELOAD_TARGETS[args.target]]
         names = [n for n in names if n in self.store.modules]
         done = []
-        with self.audited(ctx, {"target": args.target}) as entry:
+        with self.trail.audited(ctx, {"target": args.target}) as entry:
             for name in names:
                 module = self.store.module(name)
                 self.store.load_from_disk(name)

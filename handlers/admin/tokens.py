@@ -17,8 +17,9 @@ from pydantic import Field
 from gateway import sqlite, tokens, workers
 from gateway.errors import InvalidArgument, LimitExceeded, NotFound
 from gateway.store import ConfigStore
+from gateway.tokens import TokenUse
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
-from handlers.admin.base import AdminBase
+from handlers.admin.shared import AuditTrail
 
 MAX_TOKENS_PER_ENDPOINT = 8
 ENDPOINT_HELP = "An endpoint name: config, query, admin, ... (each has its mcp-<endpoint>_endpoint_auth)."
@@ -79,7 +80,12 @@ def _variable(store: ConfigStore, endpoint: str) -> str:
     return f"mcp-{endpoint}_endpoint_auth"
 
 
-class TokenTools(AdminBase):
+class TokenTools:
+    def __init__(self, store: ConfigStore, trail: AuditTrail, token_use: TokenUse) -> None:
+        self.store = store
+        self.trail = trail
+        self.token_use = token_use  # this worker's token uses not yet written (Services.token_use)
+
     def _current(self, name: str) -> list[str]:
         """The tokens runtime serves now (read from the store: this worker's snapshot may be up to 250 ms old)."""
         raw = sqlite.scalar(
@@ -103,7 +109,7 @@ class TokenTools(AdminBase):
         The change reaches every worker and the disk layer before the call answers."""
         name = _variable(self.store, args.endpoint)
         current = self._current(name)
-        with self.audited(ctx, {"endpoint": args.endpoint}) as entry:
+        with self.trail.audited(ctx, {"endpoint": args.endpoint}) as entry:
             if len(current) >= MAX_TOKENS_PER_ENDPOINT:
                 raise LimitExceeded(f"/mcp/{args.endpoint} already has {len(current)} tokens; revoke one first")
             token = random_secrets.token_urlsafe(32)
@@ -127,7 +133,7 @@ class TokenTools(AdminBase):
         The endpoint's last token cannot be revoked: rotate first."""
         name = _variable(self.store, args.endpoint)
         current = self._current(name)
-        with self.audited(ctx, {"endpoint": args.endpoint, "fingerprint": args.fingerprint}) as entry:
+        with self.trail.audited(ctx, {"endpoint": args.endpoint, "fingerprint": args.fingerprint}) as entry:
             matches = [t for t in current if tokens.fingerprint(t).startswith(args.fingerprint.lower())]
             if not matches:
                 raise NotFound(f"/mcp/{args.endpoint} has no token with fingerprint {args.fingerprint!r}")
@@ -151,7 +157,7 @@ class TokenTools(AdminBase):
         chosen = [args.endpoint] if args.endpoint else endpoints(self.store)
         for endpoint in chosen:
             _variable(self.store, endpoint)
-        self.services.token_use.flush(self.store)  # this worker's uses at once, other workers' within a second
+        self.token_use.flush(self.store)  # this worker's uses at once, other workers' within a second
         meta = tokens.metadata(self.store)
         listed = []
         for endpoint in chosen:

@@ -1,27 +1,24 @@
 """/mcp/ai: model-backed tools (llm.*) and evidence-backed ones (anomaly.*, recommendation.get).
 
 The llm.* tools talk to one chat model (handlers/ai/chat: OpenAI-compatible or Ollama), built
-from the ai-* variables on first use and rebuilt when they change; with no provider configured
-they answer UNAVAILABLE naming the variables to set. Every SQL statement a model writes runs
-through services.sql (the read-only path of run_sql_readonly). anomaly.* and
+from the ai-* variables on first use and rebuilt when they change (chat_models.py); with no
+provider configured they answer UNAVAILABLE naming the variables to set. Every SQL statement a
+model writes runs through services.sql (the read-only path of run_sql_readonly). anomaly.* and
 recommendation.get need no model: they read what the gateway recorded (gateway.evidence).
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import deque
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from gateway.errors import LimitExceeded, Unavailable
-from gateway.tools import CallContext
+from gateway.tools import ToolHandler
 from gateway.variables import Variable
-from handlers.ai.chat import ChatProvider
-from handlers.ai.chat.ollama import OllamaChat
-from handlers.ai.chat.openai import OpenAiChat
-from handlers.ai.insight_tools import InsightTools
+from handlers.ai.chat_models import ChatModels
+from handlers.ai.insight_tools import InsightTools, anomaly_counter
 from handlers.ai.llm_tools import LlmTools
+
+if TYPE_CHECKING:
+    from gateway.services import Services
 
 
 def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
@@ -46,40 +43,8 @@ AI_VARIABLES: tuple[Variable, ...] = (
     _v("ai-slow_query_ms", "int", 20, "Mean time from which recommendation.get looks at a frequent digest's plan for full scans.", minimum=0, maximum=3_600_000),
 )  # fmt: skip
 
-_PROVIDERS = {"openai": OpenAiChat, "ollama": OllamaChat}
-SETUP_HINT = (
-    "SET ai-provider = openai (or ollama); SET ai-api_base = <URL of the chat API>; SET ai-model = <model name>; "
-    "SET ai-api_key = <key, if the API needs one>; LOAD MCP VARIABLES TO RUNTIME"
-)
 
-
-class RateLimiter:
-    """Calls per token fingerprint in a sliding minute (per worker; thread-safe)."""
-
-    def __init__(self) -> None:
-        self._calls: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def admit(self, token_fp: str, per_minute: int) -> None:
-        if per_minute <= 0:
-            return
-        now = time.monotonic()
-        with self._lock:
-            calls = self._calls.setdefault(token_fp, deque())
-            while calls and calls[0] <= now - 60:
-                calls.popleft()
-            if len(calls) >= per_minute:
-                retry_after_s = round(calls[0] + 60 - now, 1)
-                raise LimitExceeded(
-                    f"ai-calls_per_minute ({per_minute}) reached for this token; retry in {retry_after_s} s",
-                    details={"retry_after_s": retry_after_s, "limit_per_minute": per_minute},
-                )
-            calls.append(now)
-            if len(self._calls) > 10_000:  # tokens are few; bound it anyway
-                self._calls = {fp: c for fp, c in self._calls.items() if c and c[-1] > now - 60}
-
-
-class AiHandler(LlmTools, InsightTools):
+class AiHandler(ToolHandler):
     endpoint: ClassVar[str] = "ai"
     title: ClassVar[str] = "AI: LLM tools, anomalies, recommendations"
     instructions: ClassVar[str] = (
@@ -91,38 +56,21 @@ class AiHandler(LlmTools, InsightTools):
     variables: ClassVar[tuple[Variable, ...]] = AI_VARIABLES
     example_call: ClassVar[tuple[str, dict[str, Any]] | None] = ("anomaly.detect", {})
 
-    def __init__(self, services: Any) -> None:
-        super().__init__(services)
-        self._provider: tuple[tuple[Any, ...], ChatProvider] | None = None
-        self._provider_lock = threading.Lock()
-        self.limiter = RateLimiter()
-        self.init_insights()
+    # tools/list shows anomaly.* and recommendation.get first, then llm.*.
+    tool_groups: ClassVar[tuple[type, ...]] = (InsightTools, LlmTools)
 
-    def model(self, ctx: CallContext) -> ChatProvider:
-        """The configured chat model (built on first use, rebuilt when its variables change);
-        counts the call against the token's rate limit."""
-        runtime = ctx.runtime
-        name = runtime.var("ai-provider")
-        api_base, model = runtime.var("ai-api_base"), runtime.var("ai-model")
-        if not name or not api_base or not model:
-            missing = [v for v, value in (("ai-provider", name), ("ai-api_base", api_base), ("ai-model", model)) if not value]
-            raise Unavailable(
-                f"{ctx.tool_name} needs a chat model and {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: {SETUP_HINT}",
-                details={"missing_variables": missing},
-            )
-        self.limiter.admit(ctx.token_fingerprint, runtime.var("ai-calls_per_minute"))
-        key = (name, api_base, model, runtime.var("ai-api_key"), runtime.var("ai-timeout_ms"), runtime.var("ai-max_retries"))
-        with self._provider_lock:
-            if self._provider is None or self._provider[0] != key:
-                old = self._provider
-                provider = _PROVIDERS[name](api_base=api_base, model=model, api_key=key[3], timeout_ms=key[4], max_retries=key[5])
-                self._provider = (key, provider)
-                if old is not None:
-                    old[1].close()
-            return self._provider[1]
+    def __init__(self, services: Services) -> None:
+        super().__init__(services)
+        self.models = ChatModels()  # its provider is reused across calls and closed with the endpoint
+        self.anomalies_found = anomaly_counter(services.metrics)  # declared at start, as /metrics shows it
+
+    def make_groups(self) -> list[object]:
+        services = self.services
+        return [
+            InsightTools(services.store, services.sql, services.evidence, self.anomalies_found),
+            LlmTools(services.sql, self.models),
+        ]
 
     async def close(self) -> None:
-        if self._provider is not None:
-            self._provider[1].close()
-            self._provider = None
+        self.models.close()
         await super().close()

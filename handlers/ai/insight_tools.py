@@ -1,5 +1,5 @@
-"""The evidence-backed tools of /mcp/ai: anomaly.detect, anomaly.list, recommendation.get (a mixin
-of AiHandler). No model: they read what the gateway recorded (gateway.evidence: traffic per tool
+"""The evidence-backed tools of /mcp/ai: anomaly.detect, anomaly.list, recommendation.get (a tool
+group of AiHandler). No model: they read what the gateway recorded (gateway.evidence: traffic per tool
 and outcome, digest timings, refused statements, failed authentications) and the query digest
 statistics, and judge them with the pure rules of anomaly/detect.py and recommend/.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -17,10 +17,17 @@ from backends.execute import plan_of
 from gateway import sqlite
 from gateway.errors import GatewayError, Unavailable
 from gateway.evidence import EvidenceRecorder
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.store import ConfigStore
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.ai.anomaly.detect import DigestBucket, Event, Evidence, TrafficBucket, detect
 from handlers.ai.recommend import advice
 from handlers.ai.recommend.plans import full_scans, suggest_index
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
+    from backends.sql import ReadOnlySql
+    from gateway.metrics import Metrics
 
 log = logging.getLogger("mcp_gateway.ai")
 
@@ -89,19 +96,30 @@ class RecommendOut(ToolOutput):
     notes: list[str]
 
 
-class InsightTools(ToolHandler):
-    def init_insights(self) -> None:
-        self._anomaly_counter: Any = None
-        metrics = self.services.metrics
-        if metrics is not None:
-            self._anomaly_counter = metrics.counter(
-                "mcp_ai_anomalies", "Anomalies anomaly.detect found, by kind and severity.", ["kind", "severity"]
-            )
+def anomaly_counter(metrics: Metrics | None) -> Counter | None:
+    """mcp_ai_anomalies_total, by kind and severity (None: no metrics, as in tests that build handlers)."""
+    if metrics is None:
+        return None
+    return metrics.counter("mcp_ai_anomalies", "Anomalies anomaly.detect found, by kind and severity.", ["kind", "severity"])
+
+
+class InsightTools:
+    def __init__(
+        self,
+        store: ConfigStore,
+        sql_path: ReadOnlySql | None,
+        evidence: EvidenceRecorder | None,
+        anomalies_found: Counter | None,
+    ) -> None:
+        self.store = store
+        self.sql_path = sql_path  # EXPLAINs of slow digests; its pending statistics are flushed before reading them
+        self.evidence = evidence  # what this worker recorded (None: it records none)
+        self.anomalies_found = anomalies_found
 
     def _evidence(self) -> EvidenceRecorder:
-        if self.services.evidence is None:
+        if self.evidence is None:
             raise Unavailable("this worker records no evidence")
-        return self.services.evidence
+        return self.evidence
 
     @tool("anomaly.detect", title="Detect anomalies in gateway traffic", read_only=False, idempotent=True)
     def anomaly_detect(self, args: DetectIn, ctx: CallContext) -> DetectOut:
@@ -141,11 +159,11 @@ class InsightTools(ToolHandler):
     def _digest_texts(self, digests: set[str]) -> dict[str, str]:
         if not digests:
             return {}
-        if self.services.sql is not None:
-            self.services.sql.flush_stats()
+        if self.sql_path is not None:
+            self.sql_path.flush_stats()
         marks = ",".join("?" * len(digests))
         rows = sqlite.rows(
-            self.services.store.conn(),
+            self.store.conn(),
             f"SELECT DISTINCT digest, digest_text FROM stats_mcp_query_digest WHERE digest IN ({marks})",
             tuple(digests),
         )
@@ -153,7 +171,7 @@ class InsightTools(ToolHandler):
 
     def _store(self, found: list[Any], *, now: float, window_s: int, keep: int) -> tuple[list[AnomalyOut], int]:
         """Insert the anomalies not already stored for an overlapping window; bound the table."""
-        conn = self.services.store.conn()
+        conn = self.store.conn()
         out, new = [], 0
         with sqlite.transaction(conn):
             for anomaly in found:
@@ -177,8 +195,8 @@ class InsightTools(ToolHandler):
                         (now, anomaly.kind, anomaly.severity, subject, anomaly.summary, json.dumps(anomaly.evidence), now - window_s, now),
                     )  # fmt: skip
                     anomaly_id, detected_at, new = conn.last_insert_rowid(), now, new + 1
-                    if self._anomaly_counter is not None:
-                        self._anomaly_counter.labels(anomaly.kind, anomaly.severity).inc()
+                    if self.anomalies_found is not None:
+                        self.anomalies_found.labels(anomaly.kind, anomaly.severity).inc()
                 out.append(
                     AnomalyOut(
                         id=anomaly_id, kind=anomaly.kind, severity=anomaly.severity, subject=anomaly.subject,
@@ -198,7 +216,7 @@ class InsightTools(ToolHandler):
             where.append("kind = ?")
             params.append(args.kind)
         rows = sqlite.rows(
-            self.services.store.conn(),
+            self.store.conn(),
             f"SELECT * FROM ai_anomalies WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
             (*params, args.limit + 1),
         )
@@ -251,15 +269,15 @@ class InsightTools(ToolHandler):
 
     def _workload_digests(self, target_id: str | None) -> list[dict[str, Any]]:
         """Query digests summed over the tools that ran them (EXPLAIN-only tools left out)."""
-        if self.services.sql is not None:
-            self.services.sql.flush_stats()
+        if self.sql_path is not None:
+            self.sql_path.flush_stats()
         marks = ",".join("?" * len(_NOT_WORKLOAD))
         where, params = f"tool_name NOT IN ({marks})", list(_NOT_WORKLOAD)
         if target_id:
             where += " AND target_id = ?"
             params.append(target_id)
         return sqlite.rows(
-            self.services.store.conn(),
+            self.store.conn(),
             "SELECT target_id, digest, MAX(digest_text) AS digest_text, SUM(count_star) AS count_star, SUM(sum_time) AS sum_time "
             f"FROM stats_mcp_query_digest WHERE {where} GROUP BY target_id, digest ORDER BY SUM(sum_time) DESC LIMIT 500",
             params,
@@ -270,7 +288,7 @@ class InsightTools(ToolHandler):
         slow_us = ctx.runtime.var("ai-slow_query_ms") * 1000
         slow = [d for d in digests if d["count_star"] >= MIN_SLOW_CALLS and d["sum_time"] / d["count_star"] >= slow_us]
         out = []
-        sql_path = self.services.sql
+        sql_path = self.sql_path
         for digest in slow[:MAX_EXPLAINED]:
             sample = self._evidence().sample(digest["digest"])
             if sample is None or sql_path is None:

@@ -1,4 +1,4 @@
-"""The model-backed tools of /mcp/ai: llm.query, llm.analyze, llm.generate (a mixin of AiHandler).
+"""The model-backed tools of /mcp/ai: llm.query, llm.analyze, llm.generate (a tool group of AiHandler).
 
 A statement the model writes is only ever run by services.sql.run — the read-only path of
 run_sql_readonly, with its query rules, parser allowlist, read-only transaction, timeouts and
@@ -21,9 +21,10 @@ from backends.readonly import dialect_of, table_ref
 from backends.sql import ReadOnlySql
 from backends.targets import default_schema
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, LimitExceeded, Unavailable
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.ai import prompts
 from handlers.ai.chat import ChatProvider, ChatReply
+from handlers.ai.chat_models import ChatModels
 from handlers.ai.schema import column_names, schema_tables
 
 ENGINES = {"mysql": "MySQL/MariaDB", "pgsql": "PostgreSQL", "sqlite": "SQLite"}
@@ -138,14 +139,15 @@ class _Conversation:
         )
 
 
-class LlmTools(ToolHandler):
-    def model(self, ctx: CallContext) -> ChatProvider:  # AiHandler's
-        raise NotImplementedError
+class LlmTools:
+    def __init__(self, sql_path: ReadOnlySql | None, models: ChatModels) -> None:
+        self.sql_path = sql_path  # the one read-only SQL path every statement a model writes runs through
+        self.models = models
 
     def _sql(self) -> ReadOnlySql:
-        if self.services.sql is None:
+        if self.sql_path is None:
             raise Unavailable("query targets are not initialised")
-        return self.services.sql
+        return self.sql_path
 
     @tool("llm.query", title="Answer a question with SQL", read_only=True, open_world=True)
     def llm_query(self, args: LlmQueryIn, ctx: CallContext) -> LlmQueryOut:
@@ -156,7 +158,7 @@ class LlmTools(ToolHandler):
         failing statement is sent back to the model with the error for at most ai-repair_rounds
         corrections, and the attempts are reported. Returns the SQL, the rows (truncated=true
         when a cap cut them) and the model's answer. UNAVAILABLE when no model is configured."""
-        model = self.model(ctx)
+        model = self.models.model(ctx)
         sql_path = self._sql()
         target = sql_path.targets.resolve(args.target_id)
         _schema, tables, listed = schema_tables(
@@ -217,7 +219,7 @@ class LlmTools(ToolHandler):
         statement (row count, and per column non-null and distinct counts, min and max) profiles
         it through the same path. The model then explains what matters (full scans, estimates,
         nulls, skew) and answers `question` if given. UNAVAILABLE when no model is configured."""
-        model = self.model(ctx)
+        model = self.models.model(ctx)
         sql_path = self._sql()
         target = sql_path.targets.resolve(args.target_id)
         sql = args.sql or self._profile_sql(target, args.schema_, args.table or "")
@@ -277,7 +279,7 @@ class LlmTools(ToolHandler):
         size = len(args.prompt) + len(args.context or "")
         if size > limit:
             raise LimitExceeded(f"prompt and context are {size} characters; ai-prompt_max_chars is {limit}")
-        model = self.model(ctx)
+        model = self.models.model(ctx)
         messages = [{"role": "user", "content": args.prompt}]
         if args.context:
             messages.insert(0, {"role": "system", "content": f"Use this material:\n{args.context}"})

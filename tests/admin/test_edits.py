@@ -30,7 +30,7 @@ def admin(tmp_path: Path) -> AdminHandler:
 def call(handler: AdminHandler, name: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
     spec = handler.find_tool(name)
     assert spec is not None, name
-    handler.services.runtime = handler.store.read_runtime()  # as the runtime follower would
+    handler.services.runtime = handler.services.store.read_runtime()  # as the runtime follower would
     result = asyncio.run(handler.execute_tool(spec, arguments, handler.context(spec, handler.services.runtime)))
     return result["isError"], result["structuredContent"]
 
@@ -55,7 +55,9 @@ def test_password_references_and_write_only_passwords(admin: AdminHandler) -> No
     assert put["action"] == "updated" and put["row"]["password_source"] == "literal" and put["row"]["db_username"] == "u"
     bad = error(admin, "admin.upsert_auth_profile", auth_profile_id="a", db_password="file:relative/path")
     assert bad["code"] == "INVALID_ARGUMENT" and "db_password" in bad["message"] and "absolute" in bad["message"]
-    stored = sqlite.scalar(admin.store.conn(), "SELECT db_password FROM main.mcp_auth_profiles WHERE auth_profile_id = 'a'")
+    stored = sqlite.scalar(
+        admin.services.store.conn(), "SELECT db_password FROM main.mcp_auth_profiles WHERE auth_profile_id = 'a'"
+    )
     assert stored == secret  # the refused edit changed nothing
     diff = ok(admin, "admin.diff", module="profiles")
     assert secret not in str(diff) and diff["rows"][0]["memory"]["db_password"] == MASK
@@ -92,7 +94,7 @@ def test_diff_masks_secret_variables_and_load_from_disk_restores_memory(admin: A
     assert ok(admin, "admin.diff", module="variables")["memory_equals_runtime"] is True
     statements = [r["arguments"]["statement"] for r in ok(admin, "admin.audit", action="admin.sql")["rows"]]
     assert statements == ["SET mcp-timeout_ms = 1234", f"SET mcp-stats_endpoint_auth = '{MASK}'"]
-    assert token not in str(sqlite.rows(admin.store.conn(), "SELECT * FROM mcp_audit_log"))
+    assert token not in str(sqlite.rows(admin.services.store.conn(), "SELECT * FROM mcp_audit_log"))
 
 
 def test_unknown_module_and_endpoint_are_clear_errors(admin: AdminHandler) -> None:

@@ -6,13 +6,13 @@ import pytest
 
 from gateway.errors import LimitExceeded
 from gateway.tokens import fingerprint
-from handlers.ai import handler
-from handlers.ai.handler import RateLimiter
+from handlers.ai import chat_models
+from handlers.ai.chat_models import RateLimiter
 
 
 def test_sliding_minute_per_token(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr(handler.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(chat_models.time, "monotonic", lambda: now[0])
     limiter = RateLimiter()
     limiter.admit("fp-a", 2)
     now[0] += 20

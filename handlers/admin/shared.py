@@ -1,6 +1,6 @@
-"""What every group of admin tools shares: who is calling (for the audit trail), which values
-are secret right now (so no audit row or answer carries one), and the module names admins may
-type (`MCP PROFILES`, or just `profiles`)."""
+"""What every group of admin tools shares: the audit trail their changes go to (who is calling,
+secrets masked: no audit row or answer carries a value that is secret right now), and the module
+names admins may type (`MCP PROFILES`, or just `profiles`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from backends.targets import SecretError, resolve_secret
-from gateway import audit, sqlite
+from gateway import audit
+from gateway.call import CallContext
 from gateway.errors import NotFound
 from gateway.store import ConfigModule, ConfigStore
-from gateway.tools import CallContext, ToolHandler
 
 # Short names for the modules, as admin_reload{target} spells them.
 MODULE_ALIASES = {
@@ -51,26 +51,23 @@ def known_secrets(store: ConfigStore, runtime_variables: Mapping[str, Any]) -> l
     return [s for s in found if s and not s.startswith(("env:", "file:"))]
 
 
-class AdminBase(ToolHandler):
-    """Base of the admin tool groups (mixins of AdminHandler)."""
+def require_module(store: ConfigStore, name: str) -> ConfigModule:
+    """The module an admin named, or NOT_FOUND listing the short names too."""
+    try:
+        return module_named(store, name)
+    except NotFound as exc:
+        aliases = ", ".join(sorted(MODULE_ALIASES))
+        raise NotFound(f"{exc.message} (short names: {aliases})") from None
 
-    @property
-    def store(self) -> ConfigStore:
-        return self.services.store
+
+class AuditTrail:
+    """Where the admin tool groups record their changes: one per handler, over its config store."""
+
+    def __init__(self, store: ConfigStore) -> None:
+        self.store = store
 
     @contextlib.contextmanager
     def audited(self, ctx: CallContext, arguments: Mapping[str, Any]) -> Iterator[audit.Entry]:
         """Record this call's change (or its failure) in the audit trail, secrets masked."""
         with audit.audited_call(self.store, ctx, arguments, secrets=known_secrets(self.store, ctx.runtime.variables)) as entry:
             yield entry
-
-    def memory_row(self, table: str, key_column: str, key: Any, *, layer: str = "main") -> dict[str, Any] | None:
-        found = sqlite.rows(self.store.conn(), f"SELECT * FROM {layer}.{table} WHERE {key_column} = ?", (key,))
-        return found[0] if found else None
-
-    def require_module(self, name: str) -> ConfigModule:
-        try:
-            return module_named(self.store, name)
-        except NotFound as exc:
-            aliases = ", ".join(sorted(MODULE_ALIASES))
-            raise NotFound(f"{exc.message} (short names: {aliases})") from None
