@@ -17,7 +17,6 @@ from pydantic import Field
 from gateway import sqlite, tokens, workers
 from gateway.errors import InvalidArgument, LimitExceeded, NotFound
 from gateway.store import ConfigStore
-from gateway.tokens import TokenUse
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.admin.shared import AuditTrail
 
@@ -81,7 +80,7 @@ def _variable(store: ConfigStore, endpoint: str) -> str:
 
 
 class TokenTools:
-    def __init__(self, store: ConfigStore, trail: AuditTrail, token_use: TokenUse) -> None:
+    def __init__(self, store: ConfigStore, trail: AuditTrail, token_use: tokens.TokenUse) -> None:
         self.store = store
         self.trail = trail
         self.token_use = token_use  # this worker's token uses not yet written (Services.token_use)
