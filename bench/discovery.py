@@ -272,7 +272,7 @@ def main() -> int:
                 report["harvest"]["maria"].update(harvest(handler, "maria_wide", ""))
     finally:
         if handler is not None:
-            handler.close_catalog()
+            handler.catalog.close()
             handler.pools.close()
         admin.execute(f'DROP DATABASE IF EXISTS "{pg_db}" WITH (FORCE)')
         admin.close()

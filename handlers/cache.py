@@ -11,7 +11,7 @@ returns.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -26,9 +26,11 @@ from backends.result_cache.store import (
     REASONS,
     StoreUnavailable,
 )
+from backends.sql import ReadOnlySql
 from backends.targets import MAX_CACHE_TTL_MS
 from gateway import audit, sqlite
 from gateway.errors import GatewayError, InvalidArgument, NotFound, Unavailable
+from gateway.store import ConfigStore
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 TARGET_ID = Field(default=None, max_length=64, description="Only this target; omitted: every target.")
@@ -170,22 +172,17 @@ class WarmOut(ToolOutput):
     results: list[WarmResult]
 
 
-# -- the handler -------------------------------------------------------------------------------
+# -- the tools and the handler -----------------------------------------------------------------
 
 
-class CacheHandler(ToolHandler):
-    endpoint = "cache"
-    title = "Query result cache"
-    instructions = (
-        "The query result cache shared by /mcp/query's SQL tools. get_cache_stats and get_cache_entries show it; "
-        "set_cache_ttl turns it on per target or query rule; invalidate_cache and clear_cache drop entries; warm_cache fills it."
-    )
+class CacheTools:
+    """The cache's tools: the result cache, the read-only SQL path that fills it (warm_cache), and
+    the config store that TTLs are set in and changes audited to."""
 
-    def _cache(self) -> ResultCache:
-        cache = self.services.result_cache
-        if cache is None:
-            raise Unavailable("the result cache is not initialised")
-        return cache
+    def __init__(self, cache: ResultCache, sql: ReadOnlySql, store: ConfigStore) -> None:
+        self.cache = cache
+        self.sql = sql
+        self.store = store
 
     @tool("get_cache_stats", title="Cache statistics", read_only=True)
     def get_cache_stats(self, args: CacheStatsIn, ctx: CallContext) -> CacheStatsOut:
@@ -193,7 +190,7 @@ class CacheHandler(ToolHandler):
 
         Counts cover every worker of this server (and every instance sharing the Redis store);
         a worker's latest hits reach them within half a second."""
-        cache = self._cache()
+        cache = self.cache
         stats = _guard(lambda: cache.stats(args.target_id))
         ttls = {row["target_id"]: int(row.get("cache_ttl_ms") or 0) for row in ctx.runtime.table("runtime_mcp_target_profiles")}
         targets = []
@@ -227,7 +224,7 @@ class CacheHandler(ToolHandler):
         """List cached results: digest text, target, schema, tables, age, TTL left, hits and size (never the rows).
 
         order_by: hits (most first), age (oldest first), size (largest first), recent (last served first)."""
-        rows = _guard(lambda: self._cache().entries(args.target_id, args.limit + 1, args.order_by))
+        rows = _guard(lambda: self.cache.entries(args.target_id, args.limit + 1, args.order_by))
         return CacheEntriesOut(
             entries=[CacheEntry.model_validate(r) for r in rows[: args.limit]], truncated=len(rows) > args.limit
         )
@@ -248,8 +245,8 @@ class CacheHandler(ToolHandler):
                 re.compile(args.digest_pattern)
             except re.error as exc:
                 raise InvalidArgument(f"digest_pattern is not a valid regular expression ({exc})") from None
-        cache = self._cache()
-        with audit.audited_call(self.services.store, ctx, args.model_dump()) as entry:
+        cache = self.cache
+        with audit.audited_call(self.store, ctx, args.model_dump()) as entry:
             dropped = _guard(
                 lambda: cache.invalidate(target_id=args.target_id, table=args.table, digest_pattern=args.digest_pattern)
             )
@@ -259,8 +256,8 @@ class CacheHandler(ToolHandler):
     @tool("clear_cache", title="Clear the cache", read_only=False, destructive=True, idempotent=True)
     def clear_cache(self, args: CacheStatsIn, ctx: CallContext) -> DroppedOut:
         """Drop every cached result, or those of one target; returns how many were dropped."""
-        cache = self._cache()
-        with audit.audited_call(self.services.store, ctx, args.model_dump()) as entry:
+        cache = self.cache
+        with audit.audited_call(self.store, ctx, args.model_dump()) as entry:
             entry.after = {"dropped": _guard(lambda: cache.clear(args.target_id))}
         return DroppedOut(dropped=entry.after["dropped"], store=cache.store.kind)
 
@@ -273,13 +270,13 @@ class CacheHandler(ToolHandler):
         ttl_ms 0 turns caching off (on a rule: the statements it matches are never cached).
         Neither target_id nor rule_id: every target profile. A lowered TTL applies to entries
         already cached too."""
-        with audit.audited_call(self.services.store, ctx, args.model_dump()) as entry:
+        with audit.audited_call(self.store, ctx, args.model_dump()) as entry:
             out = self._set_ttl(args)
             entry.after = out.model_dump()
         return out
 
     def _set_ttl(self, args: SetTtlIn) -> SetTtlOut:
-        store = self.services.store
+        store = self.store
         conn = store.conn()
         if args.target_id is not None and args.rule_id is not None:
             raise InvalidArgument("give target_id or rule_id, not both")
@@ -312,9 +309,7 @@ class CacheHandler(ToolHandler):
         apply, and a later identical call is a hit), even if a result is already cached.
         Reports per statement: cached, refused, failed, not_cacheable (its TTL is 0: set one
         with set_cache_ttl), too_large or unavailable. Stops at the call's deadline."""
-        sql_path = self.services.sql
-        if sql_path is None:
-            raise Unavailable("query targets are not initialised")
+        sql_path = self.sql
         target_id = sql_path.targets.resolve(args.target_id).target_id  # NOT_FOUND for the whole call
         results = []
         for text in args.queries:
@@ -338,6 +333,22 @@ class CacheHandler(ToolHandler):
             results.append(WarmResult(sql=text, status=status, digest=stats.get("digest"), row_count=out["row_count"]))
         sql_path.flush_due()
         return WarmOut(target_id=target_id, cached=sum(r.status == "cached" for r in results), results=results)
+
+
+class CacheHandler(ToolHandler):
+    endpoint = "cache"
+    title = "Query result cache"
+    instructions = (
+        "The query result cache shared by /mcp/query's SQL tools. get_cache_stats and get_cache_entries show it; "
+        "set_cache_ttl turns it on per target or query rule; invalidate_cache and clear_cache drop entries; warm_cache fills it."
+    )
+    tool_groups: ClassVar[tuple[type, ...]] = (CacheTools,)
+
+    def make_groups(self) -> list[object]:
+        services = self.services
+        if services.result_cache is None or services.sql is None:  # gateway.assembly.share_backends builds both
+            raise Unavailable("the result cache is not initialised")
+        return [CacheTools(services.result_cache, services.sql, services.store)]
 
 
 def _ratio(hits: int, misses: int) -> float | None:

@@ -17,10 +17,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from backends.pools import TargetPools
 from backends.readonly import check_readonly
 from backends.targets import default_schema
 from gateway.errors import InvalidArgument
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
+from handlers.query.catalog.access import DiscoveryCatalog, require_writes
 from handlers.query.catalog.memory import KINDS
 
 NAME = Field(min_length=1, max_length=256)
@@ -164,11 +166,16 @@ class LlmSearchOut(ToolOutput):
     results: list[LlmHit]
 
 
-class AgentMemoryTools(ToolHandler):
-    """Mixin of QueryHandler: needs memory(), require_writes() and resolve_target() (CatalogTools)."""
+class AgentMemoryTools:
+    """agent.* and llm.*: the agent memory in the discovery catalog, and the targets' pools to
+    resolve the targets they name."""
+
+    def __init__(self, catalog: DiscoveryCatalog, pools: TargetPools) -> None:
+        self.catalog = catalog
+        self.pools = pools
 
     def _check_sql(self, target_id: str, sql: str, what: str) -> None:
-        protocol = self.resolve_target(target_id).protocol  # type: ignore[attr-defined]
+        protocol = self.pools.resolve(target_id).protocol
         try:
             check_readonly(sql, protocol)
         except InvalidArgument as exc:
@@ -177,16 +184,16 @@ class AgentMemoryTools(ToolHandler):
     @tool("agent.run_start", title="Start an agent run", read_only=False)
     def agent_run_start(self, args: RunStartIn, ctx: CallContext) -> AgentRunOut:
         """Start recording an agent's discovery work on a target and discovery run; returns the agent_run_id the other agent.* and llm.* tools take."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
-        self.resolve_target(args.target_id)  # type: ignore[attr-defined]
-        agent_run_id = self.memory().run_start(args.target_id, args.run_id, args.model, args.notes)  # type: ignore[attr-defined]
+        require_writes(ctx)
+        self.pools.resolve(args.target_id)
+        agent_run_id = self.catalog.memory().run_start(args.target_id, args.run_id, args.model, args.notes)
         return AgentRunOut(agent_run_id=agent_run_id, target_id=args.target_id, run_id=args.run_id, status="running")
 
     @tool("agent.run_finish", title="Finish an agent run", read_only=False)
     def agent_run_finish(self, args: RunFinishIn, ctx: CallContext) -> AgentRunOut:
         """Close an agent run with its outcome (ok, failed, cancelled) and an error text if it failed."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
-        run = self.memory().run_finish(args.agent_run_id, args.status, args.error)  # type: ignore[attr-defined]
+        require_writes(ctx)
+        run = self.catalog.memory().run_finish(args.agent_run_id, args.status, args.error)
         return AgentRunOut(
             agent_run_id=run["agent_run_id"], target_id=run["target_id"], run_id=run["run_id"], status=run["status"]
         )
@@ -194,16 +201,16 @@ class AgentMemoryTools(ToolHandler):
     @tool("agent.event_append", title="Record an agent event", read_only=False)
     def agent_event_append(self, args: EventIn, ctx: CallContext) -> IdOut:
         """Append one event (a tool call, an observation, a decision) with a JSON payload to an open agent run."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
+        require_writes(ctx)
         if len(json.dumps(args.payload)) > MAX_PAYLOAD_BYTES:
             raise InvalidArgument(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes as JSON")
-        return IdOut(id=self.memory().event_append(args.agent_run_id, args.event_type, args.payload), kind="event")  # type: ignore[attr-defined]
+        return IdOut(id=self.catalog.memory().event_append(args.agent_run_id, args.event_type, args.payload), kind="event")
 
     @tool("llm.summary_upsert", title="Record a summary", read_only=False)
     def llm_summary_upsert(self, args: SummaryIn, ctx: CallContext) -> IdOut:
         """Record (or replace) an agent's summary of one catalog object in a discovery run, with confidence, status and sources."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
-        summary_id = self.memory().summary_upsert(  # type: ignore[attr-defined]
+        require_writes(ctx)
+        summary_id = self.catalog.memory().summary_upsert(
             args.agent_run_id, args.run_id, args.object_id, args.summary, args.confidence, args.status, args.sources
         )
         return IdOut(id=summary_id, kind="summary")
@@ -212,19 +219,21 @@ class AgentMemoryTools(ToolHandler):
     def llm_summary_get(self, args: SummaryGetIn, ctx: CallContext) -> SummariesOut:
         """Agents' summaries of a target's objects: of one object_id, of one name (schema.table[.column]) across runs, or of one run."""
         return SummariesOut(
-            summaries=self.memory().summaries(args.target_id, object_id=args.object_id, name=args.name, run_id=args.run_id)
-        )  # type: ignore[attr-defined]
+            summaries=self.catalog.memory().summaries(
+                args.target_id, object_id=args.object_id, name=args.name, run_id=args.run_id
+            )
+        )
 
     @tool("llm.relationship_upsert", title="Record a relationship", read_only=False)
     def llm_relationship_upsert(self, args: RelationshipIn, ctx: CallContext) -> IdOut:
         """Record a join the agent inferred, with confidence and evidence; suggest_joins and catalog.get_relationships then show it (kind agent)."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
+        require_writes(ctx)
         if len(args.from_columns) != len(args.to_columns):
             raise InvalidArgument("from_columns and to_columns must have the same length")
         if len(json.dumps(args.evidence)) > 8192:
             raise InvalidArgument("evidence is larger than 8 KiB as JSON")
-        memory = self.memory()  # type: ignore[attr-defined]
-        target = self.resolve_target(memory.agent_run(args.agent_run_id)["target_id"])  # type: ignore[attr-defined]
+        memory = self.catalog.memory()
+        target = self.pools.resolve(memory.agent_run(args.agent_run_id)["target_id"])
         relationship = {
             "from_schema": args.from_schema or default_schema(target, None), "from_table": args.from_table,
             "from_columns": args.from_columns, "to_schema": args.to_schema or args.from_schema or default_schema(target, None),
@@ -235,32 +244,32 @@ class AgentMemoryTools(ToolHandler):
     @tool("llm.domain_upsert", title="Record a business domain", read_only=False)
     def llm_domain_upsert(self, args: DomainIn, ctx: CallContext) -> IdOut:
         """Record (or update, by name) a business domain of the target, such as billing or fulfilment; llm.domain_set_members lists its tables."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
+        require_writes(ctx)
         return IdOut(
-            id=self.memory().domain_upsert(args.agent_run_id, args.name, args.description, args.confidence), kind="domain"
-        )  # type: ignore[attr-defined]
+            id=self.catalog.memory().domain_upsert(args.agent_run_id, args.name, args.description, args.confidence), kind="domain"
+        )
 
     @tool("llm.domain_set_members", title="Set a domain's tables", read_only=False)
     def llm_domain_set_members(self, args: DomainMembersIn, ctx: CallContext) -> IdOut:
         """Replace the tables of a business domain (schema, table, role)."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
+        require_writes(ctx)
         members = [{"schema": m.schema_, "table": m.table, "role": m.role} for m in args.members]
-        self.memory().domain_set_members(args.agent_run_id, args.domain_id, members)  # type: ignore[attr-defined]
+        self.catalog.memory().domain_set_members(args.agent_run_id, args.domain_id, members)
         return IdOut(id=args.domain_id, kind="domain")
 
     @tool("llm.metric_upsert", title="Record a metric", read_only=False)
     def llm_metric_upsert(self, args: MetricIn, ctx: CallContext) -> IdOut:
         """Record (or update, by name) a named metric with the SQL that computes it; the SQL must pass the read-only check or the metric is refused."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
-        memory = self.memory()  # type: ignore[attr-defined]
+        require_writes(ctx)
+        memory = self.catalog.memory()
         self._check_sql(memory.open_agent_run(args.agent_run_id)["target_id"], args.sql, f"metric {args.name!r}")
         return IdOut(id=memory.metric_upsert(args.agent_run_id, args.name, args.description, args.sql, args.unit), kind="metric")
 
     @tool("llm.question_template_add", title="Record a question template", read_only=False)
     def llm_question_template_add(self, args: TemplateIn, ctx: CallContext) -> IdOut:
         """Record a natural-language question with the SQL template that answers it ({name} placeholders for values), checked read-only with the placeholders as NULL."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
-        memory = self.memory()  # type: ignore[attr-defined]
+        require_writes(ctx)
+        memory = self.catalog.memory()
         target_id = memory.open_agent_run(args.agent_run_id)["target_id"]
         self._check_sql(target_id, PLACEHOLDER.sub("NULL", args.sql_template), "the question template")
         parameters = args.parameters or list(dict.fromkeys(PLACEHOLDER.findall(args.sql_template)))
@@ -272,17 +281,17 @@ class AgentMemoryTools(ToolHandler):
     @tool("llm.note_add", title="Add a note", read_only=False)
     def llm_note_add(self, args: NoteIn, ctx: CallContext) -> IdOut:
         """Add a free-text note about a target (optionally one catalog object) in a discovery run; llm.search finds it."""
-        self.require_writes(ctx)  # type: ignore[attr-defined]
-        self.resolve_target(args.target_id)  # type: ignore[attr-defined]
+        require_writes(ctx)
+        self.pools.resolve(args.target_id)
         tags = " ".join(t.strip() for t in args.tags if t.strip())[:2000]
-        note_id = self.memory().note_add(
+        note_id = self.catalog.memory().note_add(
             args.target_id, args.run_id, args.agent_run_id, args.object_id, args.title, args.body, tags
-        )  # type: ignore[attr-defined]
+        )
         return IdOut(id=note_id, kind="note")
 
     @tool("llm.search", title="Search agent memory", read_only=True)
     def llm_search(self, args: LlmSearchIn, ctx: CallContext) -> LlmSearchOut:
         """Full-text search (FTS5, bm25) over everything agents recorded for a target: summaries, relationships, domains, metrics, question templates and notes."""
         kinds = [k for k in args.kinds if k in KINDS]
-        hits = self.memory().search(args.query, args.target_id, kinds, args.limit)  # type: ignore[attr-defined]
+        hits = self.catalog.memory().search(args.query, args.target_id, kinds, args.limit)
         return LlmSearchOut(results=[LlmHit(**h) for h in hits])

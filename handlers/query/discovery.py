@@ -24,8 +24,8 @@ from backends.dialects import catalog_for
 from backends.driver_errors import DRIVER_ERRORS, is_bad_value, is_timeout
 from backends.pools import TargetPools, connection_broken
 from backends.targets import Target, default_schema
-from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.query.lookup import require_schema, require_table
 from handlers.query.variables import SUMMARY_THRESHOLD, variable
 
@@ -233,17 +233,15 @@ def suggested_calls(target_id: str, schema: str, tables: list[dict[str, Any]]) -
     return calls
 
 
-class DiscoveryTools(ToolHandler):
-    """Mixin of QueryHandler, over the app's target pools (services.targets)."""
+class CatalogReaders:
+    """Catalog readers (backends.dialects) on the targets' pooled connections: how discovery,
+    profiling and join tools read a target's schema."""
 
-    @property
-    def pools(self) -> TargetPools:
-        if self.services.targets is None:
-            raise Unavailable("query targets are not initialised")
-        return self.services.targets
+    def __init__(self, pools: TargetPools) -> None:
+        self.pools = pools
 
     @contextmanager
-    def catalog(self, target_id: str | None, tool_name: str) -> Iterator[tuple[Target, Any]]:
+    def open(self, target_id: str | None, tool_name: str) -> Iterator[tuple[Target, Any]]:
         """A catalog reader on a pooled connection, with driver errors translated here."""
         target = self.pools.resolve(target_id)
         if not target.allow_discovery:
@@ -264,6 +262,15 @@ class DiscoveryTools(ToolHandler):
                     ) from exc
                 log.warning("%s on target %s failed: %s", tool_name, target.target_id, type(exc).__name__)
                 raise GatewayError(f"{tool_name} failed on target {target.target_id} ({type(exc).__name__})") from exc
+
+
+class DiscoveryTools:
+    """list_targets, list_schemas, list_tables, describe_table, get_constraints: the targets'
+    pools and catalog readers on them."""
+
+    def __init__(self, pools: TargetPools, readers: CatalogReaders) -> None:
+        self.pools = pools
+        self.readers = readers
 
     @staticmethod
     def _require_schema(catalog: Any, target: Target, schema: str) -> None:
@@ -293,7 +300,7 @@ class DiscoveryTools(ToolHandler):
         without pg_* and information_schema; attached databases on SQLite), in name order,
         page_size at a time. Pass next_page_token back as page_token for the next page."""
         started = time.monotonic()
-        with self.catalog(args.target_id, "list_schemas") as (target, catalog):
+        with self.readers.open(args.target_id, "list_schemas") as (target, catalog):
             scope = ("list_schemas", target.target_id)
             after = decode_page_token(args.page_token, *scope)
             names = catalog.schemas(after, args.page_size + 1)
@@ -313,7 +320,7 @@ class DiscoveryTools(ToolHandler):
         per type, the biggest tables) and suggested next calls instead, summarized=true."""
         started = time.monotonic()
         threshold = variable(ctx, SUMMARY_THRESHOLD)
-        with self.catalog(args.target_id, "list_tables") as (target, catalog):
+        with self.readers.open(args.target_id, "list_tables") as (target, catalog):
             schema = default_schema(target, args.schema_)
             scope = ("list_tables", target.target_id, schema, args.name_filter or "")
             after = decode_page_token(args.page_token, *scope)
@@ -346,7 +353,7 @@ class DiscoveryTools(ToolHandler):
         expression, key role (PRI/UNI/MUL) and comment, in column order. NOT_FOUND when the
         schema or table does not exist."""
         started = time.monotonic()
-        with self.catalog(args.target_id, "describe_table") as (target, catalog):
+        with self.readers.open(args.target_id, "describe_table") as (target, catalog):
             schema = default_schema(target, args.schema_)
             kind = self._require_table(catalog, target, schema, args.table)
             columns = catalog.columns(schema, args.table)
@@ -365,7 +372,7 @@ class DiscoveryTools(ToolHandler):
         and ON UPDATE/ON DELETE rules), unique constraints and CHECK constraints (their
         expression as the engine reports it). Use it to find join paths between tables."""
         started = time.monotonic()
-        with self.catalog(args.target_id, "get_constraints") as (target, catalog):
+        with self.readers.open(args.target_id, "get_constraints") as (target, catalog):
             schema = default_schema(target, args.schema_)
             self._require_table(catalog, target, schema, args.table)
             found = catalog.constraints(schema, args.table)

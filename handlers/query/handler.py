@@ -3,28 +3,33 @@ discovery catalog and agents' memory on logical targets.
 
 The targets' pools (services.targets, backends.pools) and the read-only SQL path
 (services.sql, backends.sql) are built by the app before this handler and shared with the
-other endpoints; the handler only declares the tools over them. The catalog store
-(<data_dir>/catalog.db) is opened on first use and closed with the handler.
+other endpoints; the handler hands them, and the discovery catalog it owns
+(<data_dir>/catalog.db, opened on first use, closed with the handler), to its tool groups.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from gateway.store import ConfigStore
+from gateway.tools import ToolHandler
 from gateway.variables import Variable
 from handlers.query.agent_memory import AgentMemoryTools
+from handlers.query.catalog.access import DiscoveryCatalog
 from handlers.query.catalog.tools import CatalogTools
-from handlers.query.discovery import DiscoveryTools
+from handlers.query.discovery import CatalogReaders, DiscoveryTools
 from handlers.query.joins import JoinTools
 from handlers.query.profile import ProfileTools
 from handlers.query.sql_tools import SqlTools
 from handlers.query.variables import QUERY_VARIABLES
 
+if TYPE_CHECKING:
+    from gateway.services import Services
 
-class QueryHandler(SqlTools, DiscoveryTools, ProfileTools, JoinTools, CatalogTools, AgentMemoryTools):
+
+class QueryHandler(ToolHandler):
     endpoint = "query"
     title = "Database query"
     instructions = (
@@ -37,9 +42,30 @@ class QueryHandler(SqlTools, DiscoveryTools, ProfileTools, JoinTools, CatalogToo
         "keep what they learn with the agent.* and llm.* tools and find it again with llm.search."
     )
     variables: ClassVar[tuple[Variable, ...]] = QUERY_VARIABLES
+    # The order of tools/list (the agent memory first, as clients have always seen it).
+    tool_groups: ClassVar[tuple[type, ...]] = (AgentMemoryTools, CatalogTools, JoinTools, ProfileTools, DiscoveryTools, SqlTools)
+
+    def __init__(self, services: Services) -> None:
+        super().__init__(services)
+        if services.targets is None or services.sql is None:  # gateway.assembly.share_backends comes first
+            raise TypeError("QueryHandler needs the shared target pools and read-only SQL path (services.targets, services.sql)")
+        self.pools = services.targets
+        self.sql = services.sql
+        self.catalog = DiscoveryCatalog(services.data_dir / "catalog.db", self.pools.connection)
+
+    def make_groups(self) -> list[object]:
+        readers = CatalogReaders(self.pools)
+        return [
+            AgentMemoryTools(self.catalog, self.pools),
+            CatalogTools(self.catalog, self.pools),
+            JoinTools(readers, self.sql, self.catalog),
+            ProfileTools(readers, self.sql),
+            DiscoveryTools(self.pools, readers),
+            SqlTools(self.sql, self.in_thread),
+        ]
 
     async def close(self) -> None:
-        self.close_catalog()
+        self.catalog.close()
         await super().close()
 
     @classmethod

@@ -16,10 +16,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from backends.harvest import snapshot
+from backends.sql import ReadOnlySql
 from backends.targets import default_schema
 from gateway.errors import DeadlineExceeded
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.query import join_inference as infer
+from handlers.query.catalog.access import DiscoveryCatalog
+from handlers.query.discovery import CatalogReaders
 from handlers.query.join_inference import Candidate
 from handlers.query.lookup import require_column, require_table
 from handlers.query.profile_sql import containment_sql, ident, table_sql
@@ -93,8 +96,14 @@ def render(candidate: Candidate, protocol: str) -> JoinCandidate:
     )  # fmt: skip
 
 
-class JoinTools(ToolHandler):
-    """Mixin of QueryHandler: needs `catalog()`, `_sql()` (SqlTools) and `recorded_relationships()` (CatalogTools)."""
+class JoinTools:
+    """suggest_joins and find_reference_candidates: catalog readers for the tables, the shared
+    read-only path to measure containment, and the discovery catalog for the joins agents recorded."""
+
+    def __init__(self, readers: CatalogReaders, sql: ReadOnlySql, catalog: DiscoveryCatalog) -> None:
+        self.readers = readers
+        self.sql = sql
+        self.catalog = catalog
 
     def _measure(self, ctx: CallContext, target: Any, candidates: list[Candidate], tool_name: str, deadline: float) -> bool:
         """Containment of the strongest inferred candidates; False when the budget cut it short."""
@@ -109,7 +118,7 @@ class JoinTools(ToolHandler):
                 sample_values=CONTAINMENT_VALUES,
             )
             try:
-                out = self._sql().run(  # type: ignore[attr-defined]
+                out = self.sql.run(
                     ctx,
                     tool_name=tool_name,
                     sql=sql,
@@ -151,7 +160,7 @@ class JoinTools(ToolHandler):
         values found in the key (overlap_ratio). Columns that merely share a type are never
         proposed. Sampling queries obey the query rules and the target's timeout."""
         started = time.monotonic()
-        with self.catalog(args.target_id, "suggest_joins") as (target, catalog):  # type: ignore[attr-defined]
+        with self.readers.open(args.target_id, "suggest_joins") as (target, catalog):
             schema = default_schema(target, args.schema_)
             require_table(catalog, target.target_id, schema, args.table_a)
             if args.table_b:
@@ -165,7 +174,7 @@ class JoinTools(ToolHandler):
         if args.table_b:
             declared = [c for c in declared if {c.from_table, c.to_table} <= involved]
         recorded = [
-            c for c in self.recorded_relationships(target.target_id, schema)
+            c for c in self.catalog.recorded_relationships(target.target_id, schema)
             if args.table_a in (c.from_table, c.to_table) and (not args.table_b or {c.from_table, c.to_table} <= involved)
         ]  # fmt: skip
         inferred = infer.inferred_candidates(schema, a, others, target.protocol)
@@ -191,7 +200,7 @@ class JoinTools(ToolHandler):
         Same evidence as suggest_joins: name patterns against every table's keys, type
         compatibility, and the share of the column's sampled values found in each key."""
         started = time.monotonic()
-        with self.catalog(args.target_id, "find_reference_candidates") as (target, catalog):  # type: ignore[attr-defined]
+        with self.readers.open(args.target_id, "find_reference_candidates") as (target, catalog):
             schema = default_schema(target, args.schema_)
             require_table(catalog, target.target_id, schema, args.table)
             tables = snapshot(target.protocol, catalog.conn, schema)
@@ -201,7 +210,7 @@ class JoinTools(ToolHandler):
             c for c in infer.declared_candidates(schema, {args.table: child}, {args.table}) if c.from_columns == [args.column]
         ]
         recorded = [
-            c for c in self.recorded_relationships(target.target_id, schema)
+            c for c in self.catalog.recorded_relationships(target.target_id, schema)
             if c.from_table == args.table and c.from_columns == [args.column]
         ]  # fmt: skip
         parents = [t for t in tables.values() if t["type"] == "table"]

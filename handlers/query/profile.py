@@ -14,9 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from backends.sql import ReadOnlySql
 from backends.table_facts import facts, rowid_table
 from backends.targets import default_schema
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
+from handlers.query.discovery import CatalogReaders
 from handlers.query.lookup import require_column, require_table
 from handlers.query.profile_run import OutOfBudget, Profiler, TableShape, column_summary
 from handlers.query.profile_sql import ColumnSpec, type_family
@@ -138,11 +140,16 @@ def integer_key(protocol: str, constraints: dict[str, Any], columns: list[Column
     return "rowid" if protocol == "sqlite" and has_rowid and not any(c.name.lower() == "rowid" for c in columns) else None
 
 
-class ProfileTools(ToolHandler):
-    """Mixin of QueryHandler: needs `catalog()` (DiscoveryTools) and the shared read-only path (services.sql)."""
+class ProfileTools:
+    """table_profile and column_profile: catalog readers for the shape, the shared read-only
+    path for the data."""
+
+    def __init__(self, readers: CatalogReaders, sql: ReadOnlySql) -> None:
+        self.readers = readers
+        self.sql = sql
 
     def _shape(self, args: TableRef, tool_name: str) -> tuple[Any, str, str, TableShape, dict[str, Any]]:
-        with self.catalog(args.target_id, tool_name) as (target, catalog):  # type: ignore[attr-defined]
+        with self.readers.open(args.target_id, tool_name) as (target, catalog):
             schema = default_schema(target, args.schema_)
             kind = require_table(catalog, target.target_id, schema, args.table)
             raw = catalog.columns(schema, args.table)
@@ -171,7 +178,7 @@ class ProfileTools(ToolHandler):
 
     def _profiler(self, ctx: CallContext, target: Any, shape: TableShape, tool_name: str) -> Profiler:
         def run(sql: str, timeout_ms: int) -> dict[str, Any]:
-            return self._sql().run(
+            return self.sql.run(
                 ctx, tool_name=tool_name, sql=sql, target_id=target.target_id, schema=None, max_rows=None, timeout_ms=timeout_ms
             )
 

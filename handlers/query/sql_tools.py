@@ -4,7 +4,7 @@ sample_distinct, for MySQL/MariaDB, PostgreSQL and SQLite targets.
 Every statement takes the one read-only SQL path, services.sql (backends/sql.py: query
 rules, the read-only allowlist, caps, execution, digests). The sampling tools build their
 statement as a sqlglot tree from parsed expressions and quoted identifiers, then take the
-same path. `SqlTools` is a mixin of QueryHandler.
+same path.
 
 run_sql_readonly and the sampling tools are async: when the query result cache may answer (an
 embedded store, a cache TTL for the target or a rule), the rules, the check and the lookup
@@ -13,7 +13,7 @@ run on the event loop, and only a miss takes a worker thread to the database.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import Field
@@ -23,10 +23,13 @@ from backends.execute import plan_of
 from backends.readonly import dialect_of, parse_fragment, table_ref
 from backends.sql import ReadOnlySql
 from backends.targets import Target
-from gateway.errors import InvalidArgument, Unavailable
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
+from gateway.errors import InvalidArgument
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 
 MAX_SQL_CHARS = 65_536
+
+# ToolHandler.in_thread: run blocking work on the handler's threads.
+InThread = Callable[..., Awaitable[Any]]
 
 
 # -- inputs and outputs ------------------------------------------------------------------------
@@ -143,20 +146,22 @@ class SampleDistinctIn(ToolInput):
     )
 
 
-# -- the mixin ---------------------------------------------------------------------------------
+# -- the tools ----------------------------------------------------------------------------------
 
 
-class SqlTools(ToolHandler):
-    def _sql(self) -> ReadOnlySql:
-        if self.services.sql is None:
-            raise Unavailable("query targets are not initialised")
-        return self.services.sql
+class SqlTools:
+    """run_sql_readonly, explain_sql, sample_rows, sample_distinct: the read-only SQL path, and
+    the handler's threads for the blocking part of the async ones."""
+
+    def __init__(self, sql: ReadOnlySql, in_thread: InThread) -> None:
+        self.sql = sql
+        self.in_thread = in_thread
 
     def _target(self, target_id: str | None) -> Target:
-        return self._sql().targets.resolve(target_id)
+        return self.sql.targets.resolve(target_id)
 
     def _run(self, ctx: CallContext, **statement: Any) -> dict[str, Any]:
-        return self._sql().run(ctx, **statement)
+        return self.sql.run(ctx, **statement)
 
     async def _run_cached(
         self, ctx: CallContext, *, target_id: str | None, size: int, cache: str, statement: Callable[[], dict[str, Any]]
@@ -164,7 +169,7 @@ class SqlTools(ToolHandler):
         """The one path, answered on the event loop when the result cache may have it (a hit
         then costs no thread hop); the database, and anything else, in a worker thread.
         `statement()` builds the run() arguments; `size` is what the read-only check will parse."""
-        sql = self._sql()
+        sql = self.sql
         if not sql.inline_ok(ctx.runtime, target_id, size, cache):
             return await self.in_thread(lambda: sql.run(ctx, **statement()))
         prepared = sql.prepare(ctx, **statement())

@@ -173,6 +173,6 @@ def shop_env(tmp: Path, mariadb: dict[str, Any], postgres: dict[str, Any]) -> It
         try:
             yield {"handler": handler, "store": store, "shop": shop}
         finally:
-            handler.close_catalog()
+            handler.catalog.close()
             handler.pools.close()
             store.close()

@@ -10,15 +10,14 @@ asks for the page itself (summarize=false) or is already paging.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
+from backends.pools import TargetPools
 from gateway.errors import InvalidArgument, NotFound
-from gateway.tools import CallContext, ToolHandler, tool
+from gateway.tools import CallContext, tool
 from handlers.query import join_inference as infer
-from handlers.query.catalog.jobs import DiscoveryJobs
-from handlers.query.catalog.memory import AgentMemory
+from handlers.query.catalog.access import DiscoveryCatalog, require_writes
 from handlers.query.catalog.models import (
     CatalogObject,
     ClearIn,
@@ -42,49 +41,19 @@ from handlers.query.catalog.models import (
 from handlers.query.catalog.store import CatalogStore
 from handlers.query.discovery import decode_page_token, encode_page_token
 from handlers.query.join_inference import Candidate
-from handlers.query.variables import CATALOG_WRITES, SUMMARY_THRESHOLD, variable
+from handlers.query.variables import SUMMARY_THRESHOLD, variable
 
 INFERRED_TABLES_MAX = 300  # catalog.get_relationships infers joins schema-wide only below this many tables
 OBJECT_TYPES = ("schema", "table", "view", "materialized_view", "foreign_table", "virtual_table", "column")
 
 
-class CatalogTools(ToolHandler):
-    """Mixin of QueryHandler: the catalog store and discovery jobs, made on first use."""
+class CatalogTools:
+    """discovery.* and catalog.*: the discovery catalog, and the targets' pools to resolve the
+    targets they name."""
 
-    _catalog_lock = threading.Lock()
-
-    def catalog_store(self) -> CatalogStore:
-        with self._catalog_lock:
-            if getattr(self, "_catalog_store", None) is None:
-                self._catalog_store = CatalogStore(self.services.data_dir / "catalog.db")
-                self._memory = AgentMemory(self._catalog_store)
-                self._jobs = DiscoveryJobs(self._catalog_store, self.pools.connection)  # type: ignore[attr-defined]
-            return self._catalog_store
-
-    def memory(self) -> AgentMemory:
-        self.catalog_store()
-        return self._memory
-
-    def close_catalog(self) -> None:
-        if getattr(self, "_catalog_store", None) is not None:
-            self._jobs.close()
-            self._catalog_store.close()
-            self._catalog_store = None
-
-    def require_writes(self, ctx: CallContext) -> None:
-        if not variable(ctx, CATALOG_WRITES):
-            raise InvalidArgument(f"{ctx.tool_name} is refused: catalog writes are disabled (mcp-catalog_writes=false)")
-
-    def resolve_target(self, target_id: str | None) -> Any:
-        return self.pools.resolve(target_id)  # type: ignore[attr-defined]
-
-    def recorded_relationships(self, target_id: str, schema: str) -> list[Candidate]:
-        rows = self.catalog_store().relationships(target_id, run_id=None, schema=schema, kinds=("agent",))
-        return [
-            Candidate(r["from_schema"], r["from_table"], r["from_columns"], r["to_schema"], r["to_table"], r["to_columns"], "agent",
-                      r["confidence"], {**r["evidence"], "signals": ["agent"], "agent_run_id": r["agent_run_id"]})
-            for r in rows
-        ]  # fmt: skip
+    def __init__(self, catalog: DiscoveryCatalog, pools: TargetPools) -> None:
+        self.catalog = catalog
+        self.pools = pools
 
     # -- discovery ---------------------------------------------------------------------------
     @tool("discovery.run_static", title="Harvest a target into the catalog", read_only=False)
@@ -94,18 +63,18 @@ class CatalogTools(ToolHandler):
         The run is a background job: this call waits up to wait_s for it, then returns its
         progress while it continues (follow it with discovery.status). Earlier runs and what
         agents recorded stay searchable. Refused while mcp-catalog_writes is false."""
-        self.require_writes(ctx)
-        target = self.resolve_target(args.target_id)
+        require_writes(ctx)
+        target = self.pools.resolve(args.target_id)
         if not target.allow_discovery:
             raise InvalidArgument(f"discovery is disabled for target {target.target_id} (allow_discovery=0)")
-        self.catalog_store()
-        run_id = self._jobs.start(target, args.schema_filter, args.notes)
-        return RunStatus(**self._jobs.wait(run_id, min(args.wait_s, ctx.remaining_s() - 0.5)))
+        jobs = self.catalog.jobs()
+        run_id = jobs.start(target, args.schema_filter, args.notes)
+        return RunStatus(**jobs.wait(run_id, min(args.wait_s, ctx.remaining_s() - 0.5)))
 
     @tool("discovery.status", title="Discovery run status", read_only=True)
     def discovery_status(self, args: RunStatusIn, ctx: CallContext) -> RunsOut:
         """Progress and counts of discovery runs: one run_id, or the most recent runs (of a target)."""
-        store = self.catalog_store()
+        store = self.catalog.store()
         if args.run_id is not None:
             status = store.run(args.run_id)
             if status is None:
@@ -117,7 +86,7 @@ class CatalogTools(ToolHandler):
     @tool("catalog.get", title="Get a catalog object", read_only=True)
     def catalog_get(self, args: GetIn, ctx: CallContext) -> GetOut:
         """One catalog object by object_id, or by target_id + schema + name (table or table.column), with its columns, relationships and agents' summaries."""
-        store = self.catalog_store()
+        store = self.catalog.store()
         if args.object_id is not None:
             obj = store.get(args.object_id)
         elif args.target_id and args.name is not None:
@@ -132,7 +101,7 @@ class CatalogTools(ToolHandler):
             store.relationships(obj["target_id"], run_id=obj["run_id"] or None, schema=obj["schema_name"], table=obj["table_name"])
             if obj["table_name"] else []
         )  # fmt: skip
-        summaries = self.memory().summaries(obj["target_id"], name=obj["name"])
+        summaries = self.catalog.memory().summaries(obj["target_id"], name=obj["name"])
         return GetOut(
             object=CatalogObject(**obj),
             columns=[CatalogObject(**c) for c in columns],
@@ -147,7 +116,7 @@ class CatalogTools(ToolHandler):
         Over mcp-query_summary_threshold objects (and no page_token), the answer is a summary
         (counts per schema and type, the biggest tables) with suggested next calls, and
         summarized=true; summarize=false lists anyway."""
-        store = self.catalog_store()
+        store = self.catalog.store()
         run_id = args.run_id if args.run_id is not None else store.latest_run(args.target_id)
         scope = ("catalog.list", args.target_id, run_id, args.object_type, args.schema_name)
         after = decode_page_token(args.page_token, *scope)
@@ -179,7 +148,7 @@ class CatalogTools(ToolHandler):
     @tool("catalog.search", title="Search the catalog", read_only=True)
     def catalog_search(self, args: SearchIn, ctx: CallContext) -> SearchOut:
         """Full-text search (FTS5, bm25-ranked) over the names, comments, notes and tags of catalog objects; filter by target, run, type and schema."""
-        found = self.catalog_store().search(
+        found = self.catalog.store().search(
             args.query, args.target_id, args.run_id, args.object_type, args.schema_name, args.limit
         )
         return SearchOut(results=[CatalogObject(**r) for r in found])
@@ -187,7 +156,7 @@ class CatalogTools(ToolHandler):
     @tool("catalog.get_relationships", title="Catalog relationships", read_only=True)
     def catalog_get_relationships(self, args: RelationshipsIn, ctx: CallContext) -> RelationshipsOut:
         """Relationships of a target's catalog: declared foreign keys, view dependencies and agents' joins, and with include_inferred the joins inferred from names, types and keys."""
-        store = self.catalog_store()
+        store = self.catalog.store()
         run_id = args.run_id if args.run_id is not None else store.latest_run(args.target_id)
         found = [
             {**r, "source": "catalog"}
@@ -223,7 +192,7 @@ class CatalogTools(ToolHandler):
             return [], [f"more than {INFERRED_TABLES_MAX} tables: give table to infer its joins"]
         if len(tables) > INFERRED_TABLES_MAX:
             tables = store.list(args.target_id, run_id, "table", args.schema_, 0, 100_000)
-        protocol = (store.run(run_id) or {}).get("protocol") or self.resolve_target(args.target_id).protocol
+        protocol = (store.run(run_id) or {}).get("protocol") or self.pools.resolve(args.target_id).protocol
         by_schema: dict[str, list[dict[str, Any]]] = {}
         for t in tables:
             d = t["definition"]
@@ -251,8 +220,8 @@ class CatalogTools(ToolHandler):
     @tool("catalog.upsert", title="Write a catalog object", read_only=False)
     def catalog_upsert(self, args: UpsertIn, ctx: CallContext) -> UpsertOut:
         """Add or update a catalog object: notes, tags, a comment or a definition, by object_id or by target + type + names. Refused while mcp-catalog_writes is false."""
-        self.require_writes(ctx)
-        store = self.catalog_store()
+        require_writes(ctx)
+        store = self.catalog.store()
         o = args.object
         tags = " ".join(t.strip() for t in args.tags if t.strip())[:2000]
         definition = json.dumps(o.definition) if o.definition is not None else None
@@ -267,7 +236,7 @@ class CatalogTools(ToolHandler):
                 raise InvalidArgument(
                     f"give object_id, or target_id, object_type (one of {', '.join(OBJECT_TYPES)}) and schema_name"
                 )
-            self.resolve_target(o.target_id)
+            self.pools.resolve(o.target_id)
             object_id = store.upsert(
                 {"target_id": o.target_id, "run_id": o.run_id, "object_type": o.object_type, "schema_name": o.schema_name,
                  "table_name": o.table_name, "column_name": o.column_name, "comment": o.comment, "notes": args.notes,
@@ -280,16 +249,16 @@ class CatalogTools(ToolHandler):
     @tool("catalog.delete", title="Delete a catalog object", read_only=False, destructive=True)
     def catalog_delete(self, args: DeleteIn, ctx: CallContext) -> CountOut:
         """Delete one catalog object by object_id. Refused while mcp-catalog_writes is false."""
-        self.require_writes(ctx)
-        if not self.catalog_store().delete(args.object_id):
+        require_writes(ctx)
+        if not self.catalog.store().delete(args.object_id):
             raise NotFound(f"no catalog object {args.object_id}")
         return CountOut(deleted={"objects": 1})
 
     @tool("catalog.clear", title="Clear a target's catalog", read_only=False, destructive=True)
     def catalog_clear(self, args: ClearIn, ctx: CallContext) -> CountOut:
         """Delete a target's catalog objects, harvested relationships and runs (or one run's); agent memory stays. Refused while mcp-catalog_writes is false."""
-        self.require_writes(ctx)
+        require_writes(ctx)
         started = time.monotonic()
-        counts = self.catalog_store().clear(args.target_id, args.run_id)
+        counts = self.catalog.store().clear(args.target_id, args.run_id)
         counts["ms"] = int((time.monotonic() - started) * 1000)
         return CountOut(deleted=counts)

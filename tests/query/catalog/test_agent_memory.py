@@ -158,5 +158,5 @@ def test_memory_survives_a_restart_and_a_new_run(env: dict, agent_run: dict) -> 
         )
         assert any(c["kind"] == "agent" for c in joins["candidates"])
     finally:
-        fresh.close_catalog()
+        fresh.catalog.close()
         fresh.pools.close()

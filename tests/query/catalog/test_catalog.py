@@ -187,7 +187,7 @@ def test_a_new_run_and_a_restart_keep_earlier_runs(env: dict) -> None:
         only_first = ok(fresh, "catalog.search", {"query": "parcels", "target_id": "pg", "run_id": env["runs"]["pg"]["run_id"]})
         assert len(only_first["results"]) == 1
     finally:
-        fresh.close_catalog()
+        fresh.catalog.close()
         fresh.pools.close()
     cleared = ok(handler, "catalog.clear", {"target_id": "pg", "run_id": second["run_id"]})["deleted"]
     assert cleared["objects"] == 2 + 10 + 42 and cleared["runs"] == 1
