@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from handlers.rag.embeddings import make_embedder
-from handlers.rag.index import ChunkRecord, DocumentRecord
+from backends.retrieval.embeddings import make_embedder
+from backends.retrieval.storage.sqlite.index import ChunkRecord, DocumentRecord
 
 EMBEDDER = make_embedder({"provider": "hash", "dim": 64})
 

@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pytest
 
+from backends.retrieval.embeddings import LocalEmbedder, make_embedder
+from backends.retrieval.embeddings import local as local_module
+from backends.retrieval.embeddings.local import QUERY_THREADS, token_batches
 from gateway.errors import ConfigError
-from handlers.rag.embeddings import LocalEmbedder, make_embedder
-from handlers.rag.embeddings import local as local_module
-from handlers.rag.embeddings.local import QUERY_THREADS, token_batches
 
 
 def test_token_batches_respect_the_budget_and_the_text_count() -> None:

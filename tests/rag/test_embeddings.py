@@ -11,8 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from gateway.errors import ConfigError, InvalidArgument, Unavailable
-from handlers.rag.embeddings import (
+from backends.retrieval.embeddings import (
     Embedder,
     HashEmbedder,
     LocalEmbedder,
@@ -20,7 +19,8 @@ from handlers.rag.embeddings import (
     RemoteEmbedder,
     make_embedder,
 )
-from handlers.rag.embeddings.local import MAX_SEQ_TOKENS
+from backends.retrieval.embeddings.local import MAX_SEQ_TOKENS
+from gateway.errors import ConfigError, InvalidArgument, Unavailable
 
 from .embedding_server import SECRET_IN_ERROR_BODY, EmbeddingServer
 

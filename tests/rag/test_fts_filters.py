@@ -1,4 +1,4 @@
-"""FTS ranking under a broad filter (handlers/rag/fts.py `_ranked_checking`): every match ranked
+"""FTS ranking under a broad filter (backends/retrieval/storage/sqlite/fts.py `_ranked_checking`): every match ranked
 once, the best checked against the filter in batches. On a real index, its list equals the
 straightforward join of every match to rag_chunks, for every filter kind, with offsets."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from handlers.rag import ann_filter, fts
-from handlers.rag.filters import FilterSQL, build_filter
-from handlers.rag.index import RagIndex
+from backends.retrieval.filters import FilterSQL, build_filter
+from backends.retrieval.storage.sqlite import ann_filter, fts
+from backends.retrieval.storage.sqlite.index import RagIndex
 from handlers.rag.models import Filters
 from tests.rag.records import EMBEDDER, doc
 

@@ -1,4 +1,4 @@
-"""Hybrid fusion (handlers/rag/fusion.py) on constructed score lists, and the signals it reads."""
+"""Hybrid fusion (backends/retrieval/fusion.py) on constructed score lists, and the signals it reads."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import math
 import apsw
 import pytest
 
-from handlers.rag import fts, fusion
-from handlers.rag.filters import FilterSQL
+from backends.retrieval import fusion
+from backends.retrieval.filters import FilterSQL
+from backends.retrieval.storage.sqlite import fts
 from handlers.rag.models import RESOLVED_DEFAULTS, FuseParams
 
 SHORT = fusion.QuerySignals(terms=4, max_idf=0.0)  # length factor 1, no rare word

@@ -1,4 +1,4 @@
-"""The RAG index (handlers/rag/index.py): schema, model check, migrations and the writer API,
+"""The RAG index (backends/retrieval/storage/sqlite/index.py): schema, model check, migrations and the writer API,
 on a real rag.db (apsw, FTS5, the vector tables) built in each test."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from backends.retrieval.storage.sqlite.index import RagIndex, normalise_timestamp, parse_tags
 from gateway import sqlite
 from gateway.errors import ConfigError
-from handlers.rag.index import RagIndex, normalise_timestamp, parse_tags
 from tests.rag.records import EMBEDDER, chunk, doc
 
 
@@ -74,7 +74,7 @@ def test_reopen_with_another_model_is_refused_clearly(index: RagIndex, tmp_path:
 
 
 def test_newer_schema_version_is_refused_and_older_is_migrated(index: RagIndex, tmp_path: Path, monkeypatch) -> None:
-    from handlers.rag import index as index_module
+    from backends.retrieval.storage.sqlite import index as index_module
 
     index.conn.execute("UPDATE rag_meta SET value = '99' WHERE key = 'schema_version'")
     index.close()
@@ -217,7 +217,7 @@ def test_metadata_beyond_64_bit_integers_still_writes(index: RagIndex) -> None:
 
 
 def test_a_batch_larger_than_one_statement_payload_is_split(index: RagIndex, monkeypatch) -> None:
-    from handlers.rag import index_write
+    from backends.retrieval.storage import records as index_write
 
     monkeypatch.setattr(index_write, "MAX_PAYLOAD_BYTES", 2048)  # forces many statements per batch
     docs = [doc(f"d:{i}", [f"chunk {i} {'x' * 300}", f"second {i}"]) for i in range(40)]

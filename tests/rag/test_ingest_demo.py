@@ -7,8 +7,8 @@ from pathlib import Path
 
 import apsw
 
+from backends.retrieval.ingest.demo import CORPUS_FILE, SOURCE_NAME, demo_needs_sync, ensure_demo, start_demo_in_background
 from gateway.assembly import open_config
-from handlers.rag.ingest.demo import CORPUS_FILE, SOURCE_NAME, demo_needs_sync, ensure_demo, start_demo_in_background
 
 
 def test_first_start_builds_registers_and_syncs_the_demo(tmp_path: Path) -> None:

@@ -23,9 +23,9 @@ from typing import Any
 import apsw
 import pytest
 
+from backends.retrieval.ingest.foreground import run_sync
+from backends.retrieval.ingest.jobs import status_from_row
 from gateway.assembly import open_config
-from handlers.rag.ingest.commands import run_sync
-from handlers.rag.ingest.jobs import status_from_row
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_MAP = {
@@ -333,7 +333,7 @@ def test_kill_9_mid_sync_then_resume_gives_exact_counts(tmp_path: Path, mariadb_
     seed = int(os.environ.get("INGEST_KILL_SEED", random.randrange(1_000_000)))
     batches = KILL_ROWS // 50
     kill_after_docs = random.Random(seed).randrange(2, batches - 10) * 50
-    script = f"import sys; from pathlib import Path; from gateway.assembly import open_config; from handlers.rag.ingest.commands import run_sync; sys.exit(run_sync(open_config(Path({str(tmp_path)!r})), 'big', progress=False, batch_rows=50))"
+    script = f"import sys; from pathlib import Path; from gateway.assembly import open_config; from backends.retrieval.ingest.foreground import run_sync; sys.exit(run_sync(open_config(Path({str(tmp_path)!r})), 'big', progress=False, batch_rows=50))"
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backends.retrieval.ingest.chunking import ChunkingSpec, chunk_text
+from backends.retrieval.ingest.docmap import BadRow, DocMap
+from backends.retrieval.ingest.sources_config import SourceSpec
 from gateway.assembly import open_config
 from gateway.errors import ConfigError
-from handlers.rag.ingest.chunking import ChunkingSpec, chunk_text
-from handlers.rag.ingest.docmap import BadRow, DocMap
-from handlers.rag.ingest.sources_config import SourceSpec
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,4 +1,4 @@
-"""The RAG index's PostgreSQL storage (handlers/rag/pg_index.py) on a real PostgreSQL 18 + pgvector:
+"""The RAG index's PostgreSQL storage (backends/retrieval/storage/postgresql/index.py) on a real PostgreSQL 18 + pgvector:
 the write path's semantics (those of RagIndex.write_batch), filtered HNSW search with iterative
 scans, and a PostgreSQL restart survived without reopening the index."""
 
@@ -10,13 +10,15 @@ import numpy as np
 import psycopg
 import pytest
 
+from backends.retrieval.call import Call, Caps
+from backends.retrieval.storage.postgresql import fts as pg_fts
+from backends.retrieval.storage.postgresql import index as pg_index
+from backends.retrieval.storage.postgresql.fts import fts_ranked, fts_snippets, hit_rows
+from backends.retrieval.storage.postgresql.index import PgRagIndex
+from backends.retrieval.storage.postgresql.ingest import SYNC_LOCK_PREFIX
+from backends.retrieval.storage.reader import pg_reader
+from backends.retrieval.storage.sqlite import fts
 from gateway.errors import ConfigError, Unavailable
-from handlers.rag import fts, pg_fts, pg_index
-from handlers.rag.limits import Call, Caps
-from handlers.rag.pg_fts import fts_ranked, fts_snippets, hit_rows
-from handlers.rag.pg_index import PgRagIndex
-from handlers.rag.pg_ingest import SYNC_LOCK_PREFIX
-from handlers.rag.storage import pg_reader
 from tests.rag.records import EMBEDDER, doc
 
 

@@ -9,16 +9,16 @@ import apsw
 import numpy as np
 import pytest
 
-from gateway.errors import InvalidArgument
-from gateway.sqlite import connect, transaction
-from handlers.rag import vector_store as vectors_module
-from handlers.rag.vector_store import (
+from backends.retrieval.storage.sqlite import vector_store as vectors_module
+from backends.retrieval.storage.sqlite.vector_store import (
     VectorIndex,
     apply_vector_schema,
     delete_vectors,
     vector_schema,
     write_vectors,
 )
+from gateway.errors import InvalidArgument
+from gateway.sqlite import connect, transaction
 
 DIM = 32
 
@@ -297,8 +297,8 @@ def test_compacting_the_change_log_keeps_every_process_consistent(db) -> None:
 
 
 def test_sql_filter_through_the_real_rag_schema(tmp_path: Path) -> None:
-    from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex
-    from handlers.rag.vector_store import sql_filter
+    from backends.retrieval.storage.sqlite.index import ChunkRecord, DocumentRecord, RagIndex
+    from backends.retrieval.storage.sqlite.vector_store import sql_filter
 
     vectors = clustered_unit_vectors(5000, DIM, seed=3)
     index = RagIndex.open(tmp_path / "rag.db", embedding_model_id="test-model", dim=DIM)
@@ -330,7 +330,7 @@ def test_sql_filter_through_the_real_rag_schema(tmp_path: Path) -> None:
 
 
 def test_a_filter_too_selective_for_the_graph_falls_back_to_exact(corpus, monkeypatch) -> None:
-    import handlers.rag.vector_store as vectors
+    import backends.retrieval.storage.sqlite.vector_store as vectors
 
     path, rowids, vectors_ = corpus
     conn = connect(path, vec=True)
