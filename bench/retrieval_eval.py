@@ -54,6 +54,7 @@ from report import emit  # noqa: E402
 from backends.retrieval import fusion  # noqa: E402
 from backends.retrieval.embeddings import make_embedder  # noqa: E402
 from backends.retrieval.filters import FilterSQL  # noqa: E402
+from backends.retrieval.fusion import RESOLVED_DEFAULTS  # noqa: E402
 from backends.retrieval.ingest.chunking import ChunkingSpec, chunk_text  # noqa: E402
 from backends.retrieval.ingest.sources_config import DEFAULT_INPUT_TEMPLATE  # noqa: E402
 from backends.retrieval.storage.postgresql.index import PgRagIndex  # noqa: E402
@@ -65,7 +66,6 @@ from gateway.services import Services  # noqa: E402
 from gateway.tools import CallContext  # noqa: E402
 from gateway.variables import all_variables  # noqa: E402
 from handlers.rag import RagHandler  # noqa: E402
-from handlers.rag.models import RESOLVED_DEFAULTS  # noqa: E402
 
 OUT_DIR = ROOT / "bench" / "out"
 K_EVAL = 100  # recall@100 needs 100 results per query

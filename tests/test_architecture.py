@@ -132,7 +132,9 @@ def test_the_graph_sees_every_kind_of_import() -> None:
     graph = import_graph(ROOT)
     assert "handlers" in graph[ASSEMBLY]  # the one allowed exception is seen, so the rule is live
     assert "backends.sql" in graph["gateway.services"]  # under TYPE_CHECKING
-    assert "backends.retrieval.storage.sqlite.vector_store" in graph["backends.retrieval.storage.sqlite.index"]  # inside a function
+    assert (
+        "backends.retrieval.storage.sqlite.vector_store" in graph["backends.retrieval.storage.sqlite.index"]
+    )  # inside a function
 
 
 # -- the checks catch what they should: a copy of the tree with one bad import added ----------

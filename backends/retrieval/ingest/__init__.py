@@ -6,7 +6,7 @@ docmap          a source row -> a document (doc_id, title, body, metadata)
 chunking        a document body -> chunks (chars or tokens, with overlap)
 sync            one source's sync: read -> map/chunk -> embed -> write, as a pipeline
 jobs            background jobs, one sync per source at a time across processes
-tools           rag.admin.sync and rag.admin.jobs
-cli             `mcp-gateway rag sync` with a progress bar
+foreground      one sync in the foreground with progress bars (`mcp-gateway rag sync`, the demo)
+reconcile       a LOAD RAG SOURCES reaching the index (enabled flags, removed sources purged)
 demo            the quick-start corpus (Python's own documentation) as a SQLite source
 """

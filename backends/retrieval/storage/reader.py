@@ -4,7 +4,7 @@ search.py (ranking, fusion, feedback, scores), content.py and the tools are back
 read the index through a `Reader`, one per tool call, of which there are two:
 
     SqliteReader  rag.db: FTS5 bm25, the in-process ANN index over the float32 vectors
-    PgReader      PostgreSQL + pgvector (pg_index.py): tsvector/GIN, HNSW with iterative scans
+    PgReader      PostgreSQL + pgvector (postgresql/index.py): tsvector/GIN, HNSW with iterative scans
 
 A reader answers in rowids and raw scores; turning them into scores and hits is search.py's job,
 the same for both. `execute` runs the few plain statements both engines read alike (content by

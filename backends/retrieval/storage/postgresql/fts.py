@@ -1,4 +1,4 @@
-"""Keyword search on the PostgreSQL RAG index: the tsvector/GIN half of fts.py (pg_index.py holds
+"""Keyword search on the PostgreSQL RAG index: the tsvector/GIN half of sqlite/fts.py (index.py holds
 the rest of the PostgreSQL storage). The words of a fts.MatchQuery become a tsquery; the GIN index
 finds the matches, ts_rank picks the best RERANK_POOL of them, and those are ranked by BM25 over
 their tsvectors (k1 1.2, b 0.75, a title occurrence counting TITLE_TF_WEIGHT times, as FTS5's

@@ -1,4 +1,4 @@
-"""What ingestion needs of the PostgreSQL RAG index besides documents (pg_index.py): the
+"""What ingestion needs of the PostgreSQL RAG index besides documents (index.py): the
 statements ingestion and the jobs share with rag.db, written with `?` placeholders (`pg_where`,
 `PgExec`), and one sync per source across the whole cluster (`PgSourceLock`)."""
 

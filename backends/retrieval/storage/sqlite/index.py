@@ -4,10 +4,10 @@
     index.conn                                              this thread's connection
     index.write_batch(docs, delete_doc_ids=..., in_transaction=...)
 
-`open_rag_index` picks the backend (rag-backend): this file, or PostgreSQL (pg_index.py), which
+`open_rag_index` picks the backend (rag-backend): this file, or PostgreSQL (storage/postgresql/index.py), which
 offers the same methods; what ingestion, jobs and the tools call is that common surface:
 write_batch, upsert_source, query/fetch_all/run (plain SQL with `?` placeholders),
-iter_doc_ids, source_lock, purge_source, reader (storage.py) and stats.
+iter_doc_ids, source_lock, purge_source, reader (storage/reader.py) and stats.
 
 `write_batch` is the only way content enters the index: documents, chunks, their FTS rows
 (triggers on rag_chunks), their vectors (backends/retrieval/storage/sqlite/vector_store.py) and the caller's own

@@ -104,7 +104,7 @@ def write_vectors(conn: apsw.Connection, rowids: Sequence[int], vectors: np.ndar
     matrix = (matrix / norms).astype(np.float32)
     keys = [int(r) for r in rowids]
     # One statement for the batch (row i's vector is bytes [i*w, (i+1)*w) of one blob): executemany
-    # would take the GIL back between rows, a wait while another thread runs Python (index_write).
+    # would take the GIL back between rows, a wait while another thread runs Python (storage/records.py).
     row_bytes = matrix.shape[1] * 4
     conn.execute(
         "INSERT OR REPLACE INTO rag_vec_chunks (chunk_rowid, embedding)"

@@ -11,7 +11,7 @@ import pytest
 from backends.retrieval.storage.sqlite.index import RagIndex, normalise_timestamp, parse_tags
 from gateway import sqlite
 from gateway.errors import ConfigError
-from tests.rag.records import EMBEDDER, chunk, doc
+from tests.retrieval.records import EMBEDDER, chunk, doc
 
 
 @pytest.fixture()

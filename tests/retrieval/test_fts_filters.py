@@ -13,7 +13,7 @@ from backends.retrieval.filters import FilterSQL, build_filter
 from backends.retrieval.storage.sqlite import ann_filter, fts
 from backends.retrieval.storage.sqlite.index import RagIndex
 from handlers.rag.models import Filters
-from tests.rag.records import EMBEDDER, doc
+from tests.retrieval.records import EMBEDDER, doc
 
 WORDS = ["river", "stone", "garden", "window", "lamp", "cloud", "bridge", "letter"]
 

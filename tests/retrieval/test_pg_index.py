@@ -19,7 +19,7 @@ from backends.retrieval.storage.postgresql.ingest import SYNC_LOCK_PREFIX
 from backends.retrieval.storage.reader import pg_reader
 from backends.retrieval.storage.sqlite import fts
 from gateway.errors import ConfigError, Unavailable
-from tests.rag.records import EMBEDDER, doc
+from tests.retrieval.records import EMBEDDER, doc
 
 
 @pytest.fixture()
