@@ -171,7 +171,7 @@ CREATE TABLE IF NOT EXISTS stats_mcp_query_rules (
     PRIMARY KEY (rule_id, username, target_id)
 );
 
--- RAG SOURCES (handlers/rag/ingest/sources_config.py): what ingestion reads into the index.
+-- RAG SOURCES (backends/retrieval/ingest/sources_config.py): what ingestion reads into the index.
 -- No credentials here: a source reaches its database through target_id, whose auth profile
 -- holds them. JSON columns follow RAG_POC (doc_map_json, chunking_json, embedding_json).
 CREATE TABLE IF NOT EXISTS rag_sources (
@@ -208,7 +208,7 @@ CREATE TABLE IF NOT EXISTS runtime_rag_sources (
 );
 
 -- @section rag_vectors
--- Vector storage of rag.db (handlers/rag/vectors.py applies it via vector_schema(dim); {dim} is the
+-- Vector storage of rag.db (backends/retrieval/storage/sqlite/vector_store.py applies it via vector_schema(dim); {dim} is the
 -- index's embedding dimension). SQLite holds the truth: float32 L2-normalised vectors in a plain
 -- rowid table, because a vec0 point lookup by rowid measured ~300 us against ~13 us here, and the
 -- ANN index rescores its candidates with exact floats (bench/README.md). The in-process ANN index
@@ -236,10 +236,10 @@ INSERT OR IGNORE INTO rag_vec_meta (key, value) VALUES ('generation', lower(hex(
 INSERT OR IGNORE INTO rag_vec_meta (key, value) VALUES ('trimmed_through_seq', '0');
 
 -- @section rag
--- The retrieval index (rag.db; handlers/rag/index.py applies this section, then the rag_vectors
+-- The retrieval index (rag.db; backends/retrieval/storage/sqlite/index.py applies this section, then the rag_vectors
 -- section for the index's dimension). rag_chunks is the truth for retrieval: rag_fts_chunks is
 -- an external-content FTS5 index over it kept in step by triggers, and the vector rows are
--- written by handlers/rag/vectors.py inside the same transaction as the chunk rows.
+-- written by backends/retrieval/storage/sqlite/vector_store.py inside the same transaction as the chunk rows.
 -- Documents are deleted, never flagged: a soft-deleted row would have to be filtered out of
 -- every FTS and ANN search, which is how a stale hit leaks.
 
@@ -369,7 +369,7 @@ CREATE TABLE IF NOT EXISTS rag_sync_state (
     last_key_scan_at TEXT                        -- last deletion scan (see key_scan_interval_s)
 );
 
--- Sync jobs (handlers/rag/ingest/jobs.py): progress readable by every worker and the CLI.
+-- Sync jobs (backends/retrieval/ingest/jobs.py): progress readable by every worker and the CLI.
 -- A job whose process died shows state 'running' with a dead pid; readers report it 'interrupted'.
 CREATE TABLE IF NOT EXISTS rag_sync_jobs (
     job_id        TEXT PRIMARY KEY NOT NULL,
@@ -749,7 +749,7 @@ CREATE TABLE IF NOT EXISTS mcp_cluster_members (
 );
 
 -- @section rag_postgres
--- The retrieval index on PostgreSQL + pgvector (rag-backend = postgresql; handlers/rag/pg/).
+-- The retrieval index on PostgreSQL + pgvector (rag-backend = postgresql; backends/retrieval/storage/postgresql/).
 -- Same tables and meaning as the rag section; what SQLite does with FTS5 and the ANN files is
 -- here a generated tsvector with a GIN index and a pgvector column with an HNSW index, both on
 -- rag_chunks itself, so a filtered search is ONE query over one table (the filter columns sit

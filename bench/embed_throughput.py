@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from handlers.rag.embeddings import HashEmbedder, LocalEmbedder  # noqa: E402
-from handlers.rag.embeddings.local import TOKENIZER_PATH, _LoadedModel  # noqa: E402
+from backends.retrieval.embeddings import HashEmbedder, LocalEmbedder  # noqa: E402
+from backends.retrieval.embeddings.local import TOKENIZER_PATH, _LoadedModel  # noqa: E402
 
 CORPUS = Path(os.environ.get("CRANFIELD_DIR", "/work/shared/data/cranfield")) / "corpus.jsonl"
 BATCH_SIZES = (1, 16, 64)

@@ -35,7 +35,6 @@ from rag_synth import Corpus
 from rag_latency import percentiles
 from rag_tools import _open_handler
 from gateway.tools import CallContext
-from handlers.rag.embeddings import QueryEmbeddingCache
 
 chunks, dim, count, out_dir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 texts, _ = Corpus(chunks, dim).queries(count)
@@ -51,7 +50,8 @@ async def run():
     for name, (tool, extra) in cases.items():
         spec = handler.find_tool(tool)
         key = "query_text" if tool == "rag.search_vector" else "query"
-        handler.query_cache = QueryEmbeddingCache(embedder, max_entries=1024)
+        # a cold query-embedding cache: RagHandler.query_cache before issue 25, opened.queries after
+        (handler.query_cache if hasattr(handler, "query_cache") else handler.opened.query_vectors().cache).clear()
         warm = CallContext(endpoint="rag", tool_name=tool, runtime=handler.services.runtime, deadline=time.monotonic() + 60)
         await handler.execute_tool(spec, {key: "warm up the path", "k": 10, **extra}, warm)
         samples = []

@@ -139,11 +139,11 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     data_dir = Path(args.data_dir)
     if args.mode == "read_only":
         return read_only(args.database, args.batch_rows)
+    from backends.retrieval.embeddings import index_embedding_config, make_embedder
+    from backends.retrieval.ingest.jobs import JobManager
+    from backends.retrieval.ingest.sync import SyncOptions
+    from backends.retrieval.storage.sqlite.index import RagIndex
     from gateway.assembly import open_config
-    from handlers.rag.embeddings import index_embedding_config, make_embedder
-    from handlers.rag.index import RagIndex
-    from handlers.rag.ingest.jobs import JobManager
-    from handlers.rag.ingest.sync import SyncOptions
 
     runtime = open_config(data_dir).read_runtime()
     embedder = make_embedder(index_embedding_config(runtime))
@@ -193,8 +193,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def read_only(database: str, batch_rows: int) -> dict[str, Any]:
+    from backends.retrieval.ingest.sources import ReadPlan, open_reader
     from backends.targets import Target
-    from handlers.rag.ingest.sources import ReadPlan, open_reader
 
     target = Target(
         "maria", "mysql", MARIADB["host"], MARIADB["port"], database, "root", "", "", "", 200, 2000, True, True, False, ""

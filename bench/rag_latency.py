@@ -6,7 +6,7 @@ Builds (once, reused from bench/out/rag-<N>-<dim>/) an index of N synthetic chun
 (bench/rag_synth.py: Zipfian text, clustered unit vectors) through the real writer API
 `RagIndex.write_batch`, then measures, on one core per query:
 
-  layer    handlers/rag/vector_store.py directly: VectorIndex.search p50/p95 and recall@10 against
+  layer    backends/retrieval/storage/sqlite/vector_store.py directly: VectorIndex.search p50/p95 and recall@10 against
            exact brute force (numpy over the float vectors stored in SQLite), unfiltered and with
            filters (broad source filter via `sql_filter`, a narrow one, a small doc_ids set, and
            the materialised-set approach for comparison), plus an expansion_search sweep.
@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from rag_synth import SOURCES, Corpus  # noqa: E402
 from report import emit  # noqa: E402
 
+from backends.retrieval.storage.sqlite.vector_store import VectorIndex, read_vectors, sql_filter  # noqa: E402
 from gateway.sqlite import connect, transaction  # noqa: E402
-from handlers.rag.vector_store import VectorIndex, read_vectors, sql_filter  # noqa: E402
 
 BUILD_VERSION = 1
 MODEL_ID = "bench-synthetic"  # the vectors are synthetic; tool-level runs use query_embedding
@@ -127,7 +127,7 @@ def build(out_dir: Path, corpus: Corpus, *, docs_per_txn: int) -> dict[str, Any]
 
 def load_sqlite(db: Path, corpus: Corpus, *, docs_per_txn: int) -> float:
     """Every chunk into rag.db through RagIndex.write_batch (FTS by its triggers, vectors by write_vectors)."""
-    from handlers.rag.index import RagIndex
+    from backends.retrieval.storage.sqlite.index import RagIndex
 
     index = RagIndex.open(db, embedding_model_id=MODEL_ID, dim=corpus.dim)
     for source_id, (name, _) in enumerate(SOURCES, start=1):
@@ -152,7 +152,7 @@ def write_corpus(index: Any, corpus: Corpus, *, docs_per_txn: int, label: str) -
 def document_batches(corpus: Corpus) -> Iterator[tuple[list[Any], int]]:
     """The synthetic corpus as the index's write records, a batch of documents at a time, with
     the number of vectors (chunks) in each batch. Both backends' builds load these."""
-    from handlers.rag.index import ChunkRecord, DocumentRecord
+    from backends.retrieval.storage.sqlite.index import ChunkRecord, DocumentRecord
 
     for docs, vectors in corpus.documents():
         records, at = [], 0

@@ -23,7 +23,7 @@ import psycopg
 from rag_latency import log, write_corpus
 from rag_synth import SOURCES, Corpus
 
-from handlers.rag.pg_index import INDEX_TABLES, PgRagIndex, schema_ddl
+from backends.retrieval.storage.postgresql.index import INDEX_TABLES, PgRagIndex, schema_ddl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,7 @@ def measure_postgres(
 ) -> dict[str, Any]:
     from rag_tools import measure_tools
 
-    from handlers.rag.embeddings import make_embedder
+    from backends.retrieval.embeddings import make_embedder
 
     model_id = make_embedder({"provider": "local"}).model_id  # hybrid embeds its query text with it
     database = f"rag_latency_{corpus.n_chunks}_{corpus.dim}"
@@ -201,8 +201,8 @@ def ef_search_sweep(index: PgRagIndex, sqlite_db: Path, queries: np.ndarray, tru
     as "<ef>, fetch 40", with 40 candidates. Recall compares chunk ids with rag.db's exact truth."""
     from rag_latency import percentiles, timed
 
+    from backends.retrieval.storage.postgresql import index as pg_index
     from gateway.sqlite import connect
-    from handlers.rag import pg_index
 
     lite = connect(sqlite_db)
     wanted = sorted({r for row in truth for r in row})

@@ -23,15 +23,14 @@ from rag_latency import percentiles
 from gateway.services import Services
 from gateway.sqlite import connect
 from gateway.tools import CallContext
-from handlers.rag.embeddings import QueryEmbeddingCache
 
 SOURCE_25PCT = 2  # wiki_pages in bench/rag_synth.py SOURCES
 SOURCE_5PCT = 4  # release_notes
 
 
 def _open_handler(out_dir: Path, db: Path, variables: dict[str, str]):  # noqa: ANN202 - (RagHandler, Embedder)
+    from backends.retrieval.embeddings import index_embedding_config, make_embedder
     from gateway.assembly import open_config
-    from handlers.rag.embeddings import index_embedding_config, make_embedder
     from handlers.rag.handler import RagHandler
 
     store = open_config(out_dir)
@@ -120,8 +119,8 @@ def measure_tools(
                 for i in range(len(texts)):
                     await call(name, tool, make_args(i), 60)
                 if tool == "rag.search_hybrid":  # every hybrid case pays for embedding its queries
-                    handler, embedder = handlers[name]
-                    handler.query_cache = QueryEmbeddingCache(embedder, max_entries=1024)
+                    handler, _ = handlers[name]
+                    handler.opened.query_vectors().cache.clear()
             times: dict[str, list[tuple[float, float]]] = {name: [] for name in handlers}
             found: dict[str, list[list[str]]] = {name: [] for name in handlers}
             for i in range(len(texts)):

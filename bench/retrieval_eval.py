@@ -15,7 +15,7 @@ fts_then_vec.
 
 Leave-one-out (`--loo`, on by default): the rankings of every query are collected once from the
 same index (FTS5 bm25; exact cosine over the stored vectors), the adaptive fusion of
-handlers/rag/fusion.py is scored over a grid of its settings, and for each collection the setting
+backends/retrieval/fusion.py is scored over a grid of its settings, and for each collection the setting
 that best meets the goals on the OTHER collections is scored on it. Goals: nDCG@10 >= the better
 single mode - 0.005, and >= plain RRF + 0.02.
 
@@ -51,19 +51,21 @@ sys.path.insert(0, str(ROOT))
 
 from report import emit  # noqa: E402
 
+from backends.retrieval import fusion  # noqa: E402
+from backends.retrieval.embeddings import make_embedder  # noqa: E402
+from backends.retrieval.filters import FilterSQL  # noqa: E402
+from backends.retrieval.fusion import RESOLVED_DEFAULTS  # noqa: E402
+from backends.retrieval.ingest.chunking import ChunkingSpec, chunk_text  # noqa: E402
+from backends.retrieval.ingest.sources_config import DEFAULT_INPUT_TEMPLATE  # noqa: E402
+from backends.retrieval.storage.postgresql.index import PgRagIndex  # noqa: E402
+from backends.retrieval.storage.sqlite import fts  # noqa: E402
+from backends.retrieval.storage.sqlite.index import ChunkRecord, DocumentRecord, RagIndex  # noqa: E402
+from backends.retrieval.storage.sqlite.vector_store import read_vectors  # noqa: E402
 from gateway.runtime import build_runtime  # noqa: E402
 from gateway.services import Services  # noqa: E402
 from gateway.tools import CallContext  # noqa: E402
 from gateway.variables import all_variables  # noqa: E402
-from handlers.rag import RagHandler, fts, fusion  # noqa: E402
-from handlers.rag.embeddings import make_embedder  # noqa: E402
-from handlers.rag.filters import FilterSQL  # noqa: E402
-from handlers.rag.index import ChunkRecord, DocumentRecord, RagIndex  # noqa: E402
-from handlers.rag.ingest.chunking import ChunkingSpec, chunk_text  # noqa: E402
-from handlers.rag.ingest.sources_config import DEFAULT_INPUT_TEMPLATE  # noqa: E402
-from handlers.rag.models import RESOLVED_DEFAULTS  # noqa: E402
-from handlers.rag.pg_index import PgRagIndex  # noqa: E402
-from handlers.rag.vector_store import read_vectors  # noqa: E402
+from handlers.rag import RagHandler  # noqa: E402
 
 OUT_DIR = ROOT / "bench" / "out"
 K_EVAL = 100  # recall@100 needs 100 results per query
@@ -350,8 +352,8 @@ async def run_collection(directory: Path, args: argparse.Namespace, embedder: An
         runtime = build_runtime(1, raw, {}, all_variables(RagHandler.variables))
         handler = RagHandler(Services(data_dir=data_dir, store=None, runtime=runtime, stats=None, metrics=None))
         await handler.init()
-        handler.embedder = embedder  # same model, already loaded: skip a second load
-        handler.query_cache.embedder = embedder
+        handler.opened.embedder = embedder  # same model, already loaded: skip a second load
+        handler.opened.query_vectors().cache.embedder = embedder
         runner = ToolRunner(handler, runtime)
         try:
             modes = {mode: await runner.evaluate(name, extra, queries, qrels) for mode, (name, extra) in MODES.items()}

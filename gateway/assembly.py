@@ -3,8 +3,8 @@
 Everything endpoint-specific the infrastructure needs comes from the explicit list of
 handler classes (handlers.HANDLER_CLASSES) through here: the endpoints (and so their token
 variables), the declared variables and admin tables (backends' first, then each handler's),
-the CLI sub-commands, and the shared database components every worker builds before its
-handlers (`share_backends`).
+the CLI sub-commands, what backup and restore must know of each endpoint's files, and the
+shared database components every worker builds before its handlers (`share_backends`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from backends.result_cache import ResultCache
 from backends.result_cache.embedded import EmbeddedStore
 from backends.result_cache.store import StoreUnavailable
 from backends.sql import ReadOnlySql
+from gateway.data_files import DataFiles
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore
 from gateway.tools import ToolHandler
@@ -45,6 +46,11 @@ def declared_variables() -> dict[str, Variable]:
 
 def config_modules() -> list[ConfigModule]:
     return [*BACKEND_CONFIG_MODULES, *(m for cls in HANDLER_CLASSES for m in cls.config_modules)]
+
+
+def data_files() -> list[DataFiles]:
+    """The endpoints' scratch and derived files in the data directory (gateway/backup.py)."""
+    return [cls.data_files for cls in HANDLER_CLASSES if cls.data_files is not None]
 
 
 def open_store(data_dir: Path) -> ConfigStore:

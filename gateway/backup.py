@@ -5,27 +5,32 @@ SQLite's online backup API: one step under one read transaction, so each copy is
 as of one commit — a sync writing batches at that moment is either in the copy up to a batch
 boundary or not at all, and its cursor (stored in the same rag.db) matches what was copied;
 the next sync after a restore resumes from there. Writers are not blocked (WAL mode). The TLS
-material (tls/) is copied too. Not copied, because they are derived or per process: the ANN
-snapshot (rag.db.ann/, rebuilt from rag.db), metrics/, locks/, gateway.json, -wal/-shm files.
+material (tls/) is copied too. Not copied, because they are derived or per process: metrics/,
+locks/, gateway.json, -wal/-shm files, and what the endpoints declare derived or scratch (their
+handlers' `data_files`, collected by gateway.assembly: e.g. the RAG index's ANN snapshot
+rag.db.ann/, rebuilt from rag.db).
 
 `restore` puts a backup into a data directory that no gateway is using, checks each database
-(PRAGMA quick_check), and marks sync jobs that were running when the backup was taken as
-failed ("interrupted by the backup"), because nothing runs them in the restored directory.
+(PRAGMA quick_check), and runs the endpoints' `after_restore` on it (the RAG index marks sync
+jobs that were running when the backup was taken as failed: nothing runs them there).
 """
 
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import apsw
 
 from gateway import sqlite
+from gateway.data_files import DataFiles
 from gateway.errors import InvalidArgument
 from gateway.pids import pid_alive
 
@@ -34,9 +39,21 @@ FORMAT = 1
 DERIVED = ("metrics", "locks", "gateway.json")  # never copied; removed by a forced restore
 
 
-def database_files(data_dir: Path) -> list[Path]:
-    """The data directory's SQLite databases (scratch copies of a running sync excluded)."""
-    return sorted(p for p in Path(data_dir).glob("*.db") if p.is_file() and not p.name.startswith("rag-keyscan-"))
+def declared_files() -> list[DataFiles]:
+    """What the endpoints declare of their files (their handlers' `data_files`)."""
+    from gateway.assembly import data_files
+
+    return data_files()
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def database_files(data_dir: Path, files: Sequence[DataFiles]) -> list[Path]:
+    """The data directory's SQLite databases (the endpoints' scratch databases excluded)."""
+    scratch = [pattern for declared in files for pattern in declared.scratch]
+    return sorted(p for p in Path(data_dir).glob("*.db") if p.is_file() and not _matches(p.name, scratch))
 
 
 def running_gateway(data_dir: Path) -> int | None:
@@ -49,29 +66,31 @@ def running_gateway(data_dir: Path) -> int | None:
     return pid if pid and pid_alive(pid) else None
 
 
-def backup(data_dir: Path, destination: Path) -> dict[str, Any]:
-    """Copy the data directory's databases and TLS material into `destination` (new or empty)."""
+def backup(data_dir: Path, destination: Path, files: Sequence[DataFiles] | None = None) -> dict[str, Any]:
+    """Copy the data directory's databases and TLS material into `destination` (new or empty).
+    `files`: what the endpoints declare (default: every handler's, declared_files())."""
     data_dir, destination = Path(data_dir), Path(destination)
+    files = declared_files() if files is None else files
     if not (data_dir / "config.db").exists():
         raise InvalidArgument(f"{data_dir} is not a gateway data directory (no config.db)")
     if destination.exists() and any(destination.iterdir()):
         raise InvalidArgument(f"{destination} exists and is not empty")
     destination.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(destination, 0o700)
-    files = []
-    for source in database_files(data_dir):
+    copied = []
+    for source in database_files(data_dir, files):
         target = destination / source.name
         _online_copy(source, target)
-        files.append(_describe(target))
+        copied.append(_describe(target))
     tls_dir = data_dir / "tls"
     if tls_dir.is_dir():
         shutil.copytree(tls_dir, destination / "tls")
-        files += [_describe(p, relative_to=destination) for p in sorted((destination / "tls").iterdir())]
+        copied += [_describe(p, relative_to=destination) for p in sorted((destination / "tls").iterdir())]
     manifest = {
         "format": FORMAT,
         "created_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "source": str(data_dir.resolve()),
-        "files": files,
+        "files": copied,
     }
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -100,10 +119,11 @@ def _describe(path: Path, relative_to: Path | None = None) -> dict[str, Any]:
     return {"name": name, "bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
-def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict[str, Any]:
+def restore(backup_dir: Path, data_dir: Path, *, force: bool = False, files: Sequence[DataFiles] | None = None) -> dict[str, Any]:
     """Put a backup into `data_dir`. Refuses while a gateway serves it, and a non-empty data
-    directory unless `force` (which replaces its databases and TLS material)."""
+    directory unless `force` (which replaces its databases and TLS material). `files` as in backup."""
     backup_dir, data_dir = Path(backup_dir), Path(data_dir)
+    files = declared_files() if files is None else files
     manifest = _read_manifest(backup_dir)
     pid = running_gateway(data_dir)
     if pid is not None:
@@ -113,7 +133,7 @@ def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict[st
     _check_files(backup_dir, manifest)
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(data_dir, 0o700)
-    _remove_current(data_dir)
+    _remove_current(data_dir, [pattern for declared in files for pattern in declared.derived])
     for entry in manifest["files"]:
         source, target = backup_dir / entry["name"], data_dir / entry["name"]
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -122,13 +142,15 @@ def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict[st
         os.chmod(staging, 0o600)
         os.replace(staging, target)
     checked = {}
-    for path in database_files(data_dir):
+    for path in database_files(data_dir, files):
         conn = apsw.Connection(str(path))
         try:
             checked[path.name] = sqlite.scalar(conn, "PRAGMA quick_check")
             if checked[path.name] != "ok":
                 raise InvalidArgument(f"{path.name} fails its check after the restore: {checked[path.name]}")
-            _close_interrupted_jobs(conn)
+            for declared in files:
+                if declared.after_restore is not None:
+                    declared.after_restore(conn)
         finally:
             conn.close()
     return {"restored_from": str(backup_dir), "created_at": manifest["created_at"], "checked": checked}
@@ -151,17 +173,8 @@ def _check_files(backup_dir: Path, manifest: dict[str, Any]) -> None:
             raise InvalidArgument(f"backup file {entry['name']} is missing or differs from the manifest")
 
 
-def _remove_current(data_dir: Path) -> None:
+def _remove_current(data_dir: Path, derived_patterns: Sequence[str]) -> None:
     for path in data_dir.iterdir():
-        derived = path.name in DERIVED or path.name.endswith((".db", "-wal", "-shm", ".ann")) or ".db.ann" in path.name
+        derived = path.name in DERIVED or path.name.endswith((".db", "-wal", "-shm")) or _matches(path.name, derived_patterns)
         if path.name == "tls" or derived:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-
-
-def _close_interrupted_jobs(conn: apsw.Connection) -> None:
-    exists = sqlite.scalar(conn, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rag_sync_jobs'")
-    if exists:
-        conn.execute(
-            "UPDATE rag_sync_jobs SET state = 'failed', error_json = ? WHERE state IN ('queued', 'running')",
-            (json.dumps({"code": "UNAVAILABLE", "message": "interrupted by the backup this data directory was restored from"}),),
-        )

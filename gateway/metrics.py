@@ -219,7 +219,7 @@ class Metrics:
         )
         self._pool_targets: set[str] = set()
         self._pool_timeouts_seen: dict[str, int] = {}  # target_id -> its pool's timeouts already counted
-        self._collectors: list[Any] = []  # scrape-time collectors (handlers.rag.metrics)
+        self._collectors: list[Any] = []  # scrape-time collectors (backends.retrieval.metrics)
         # The query result cache (backends/result_cache). Names are a contract with deploy/'s dashboard.
         self.cache_hits = Counter(
             "mcp_cache_hits", "Query result cache lookups answered from the cache.", ["target_id"], registry=r

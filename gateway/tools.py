@@ -23,8 +23,8 @@ Deadlines are set in one place, `ToolHandler.context`: now + the handler's `time
 
 A handler also contributes, beside its tools: `variables`, `config_modules`, CLI sub-commands
 (`add_cli`), serve-time options and jobs (`add_serve_options`, `before_serve`) and the example
-call the first-start banner prints (`example_call`), and scrape-time metric collectors
-(`scrape_collectors`).
+call the first-start banner prints (`example_call`), scrape-time metric collectors
+(`scrape_collectors`), and what backup/restore must know of its files (`data_files`).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from gateway.variables import Variable
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from gateway.data_files import DataFiles
     from gateway.runtime import Runtime
     from gateway.services import Services
     from gateway.store import ConfigStore
@@ -222,6 +223,7 @@ class ToolHandler:
     thread_limit: ClassVar[int] = 32  # concurrent blocking calls per endpoint
     timeout_variable: ClassVar[str] = "mcp-timeout_ms"  # the deadline of one call (mcp-timeout_ms caps it)
     example_call: ClassVar[tuple[str, dict[str, Any]] | None] = None  # (tool, arguments) for the first-start banner
+    data_files: ClassVar[DataFiles | None] = None  # its scratch and derived files in the data directory (gateway/backup.py)
 
     # The tool groups this endpoint serves, in the order tools/list shows them. A tool group is a
     # plain class (no base) whose constructor takes what its tools use; `make_groups` builds one

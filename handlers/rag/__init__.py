@@ -1,13 +1,6 @@
-"""The /mcp/rag endpoint: the retrieval index (index.py), its search modes (search.py) and tools (handler.py)."""
+"""The /mcp/rag endpoint: the tools over the retrieval engine (backends/retrieval), their input and
+output models (models.py) and limits (limits.py); the handler (handler.py) composes the tool groups."""
 
-# onnxruntime must be loaded before usearch: the other order segfaults inside onnxruntime's
-# import (measured with onnxruntime and usearch as pinned here). Every module of this package
-# passes through here first, so importing it now makes the order safe wherever usearch is used.
-import contextlib
-
-with contextlib.suppress(ImportError):  # without it the local provider reports its own clear error
-    import onnxruntime  # noqa: F401
-
-from handlers.rag.handler import RagHandler  # noqa: E402
+from handlers.rag.handler import RagHandler
 
 __all__ = ["RagHandler"]

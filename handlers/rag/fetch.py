@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -23,11 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from backends.dialects import catalog_for
 from backends.driver_errors import DRIVER_ERRORS, is_timeout
 from backends.pools import TargetPools, connection_broken
+from backends.retrieval.ingest.sources_config import SourceSpec
+from backends.retrieval.protocols import SearchIndex
 from backends.targets import Target, default_schema
 from backends.values import json_safe
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, LimitExceeded, NotFound, Unavailable
-from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
-from handlers.rag.ingest.sources_config import SourceSpec
+from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 
 log = logging.getLogger("mcp_gateway.rag.fetch")
 
@@ -138,8 +140,10 @@ class _SourceTable:
         self.sql = f"SELECT {', '.join(quote(q, c) for c in columns)} FROM {quote(q, self.schema)}.{quote(q, table)} WHERE {where} LIMIT 1"
 
 
-class FetchTools(ToolHandler):
-    """Mixin of the /mcp/rag handler, over services.rag_index and services.targets."""
+class FetchTools:
+    def __init__(self, index: Callable[[], SearchIndex], pools: TargetPools | None) -> None:
+        self._index = index  # the open index (UNAVAILABLE while it is not): doc_id -> source row key
+        self._pools = pools  # the database targets' pools (services.targets), where the rows are read
 
     @tool("rag.fetch_from_source", title="Fetch source rows", read_only=True)
     def fetch_from_source(self, args: FetchFromSourceIn, ctx: CallContext) -> FetchFromSourceOut:
@@ -149,9 +153,7 @@ class FetchTools(ToolHandler):
         bytes (truncated=true says something was left out). Each document that cannot be
         fetched is listed in `errors` with a code."""
         started = time.monotonic()
-        index, pools = self.services.rag_index, self.services.targets
-        if index is None:
-            raise Unavailable("the RAG index is not open")
+        index, pools = self._index(), self._pools
         if pools is None:
             raise Unavailable("database targets are not initialised")
         doc_ids = list(dict.fromkeys(args.doc_ids))

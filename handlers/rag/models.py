@@ -7,12 +7,13 @@ by the tools themselves and reported with `truncated`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backends.retrieval.fusion import RESOLVED_DEFAULTS, ResolvedFuse
 from gateway.tools import INT64_MAX, INT64_MIN, ToolInput, ToolOutput
 
 MAX_FILTER_VALUES = 1000  # per filter list
@@ -210,28 +211,6 @@ class FuseParams(ToolInput):
         defaults = RESOLVED_DEFAULTS[self.fusion]
         given = {name: getattr(self, name) for name in ResolvedFuse.__dataclass_fields__ if name != "fusion"}
         return replace(defaults, **{name: value for name, value in given.items() if value is not None})
-
-
-@dataclass(frozen=True)
-class ResolvedFuse:
-    fusion: str
-    rrf_k0: float
-    w_fts: float
-    w_vec: float
-    w_all_terms: float
-    all_terms_window: int
-    rare_boost: float
-    feedback_docs: int
-    feedback_weight: float
-    feedback_min_terms: int
-
-
-# The defaults of each fusion, chosen on four collections (bench/retrieval_eval.py, bench/README.md).
-# "rrf" alone is the blueprint's plain RRF, the baseline the adaptive default is measured against.
-RESOLVED_DEFAULTS = {
-    "adaptive": ResolvedFuse("adaptive", rrf_k0=5.0, w_fts=1.0, w_vec=1.5, w_all_terms=2.0, all_terms_window=20, rare_boost=0.5, feedback_docs=2, feedback_weight=4.0, feedback_min_terms=8),
-    "rrf": ResolvedFuse("rrf", rrf_k0=60.0, w_fts=1.0, w_vec=1.0, w_all_terms=0.0, all_terms_window=0, rare_boost=0.0, feedback_docs=0, feedback_weight=2.0, feedback_min_terms=0),
-}  # fmt: skip
 
 
 class FtsThenVecParams(ToolInput):

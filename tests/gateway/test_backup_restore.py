@@ -130,3 +130,28 @@ def test_restore_refuses_a_directory_a_gateway_serves_and_a_non_empty_one(tmp_pa
     (tmp_path / "backup" / "disk.db").write_bytes(b"damaged")
     with pytest.raises(InvalidArgument, match="differs from the manifest"):
         backup.restore(tmp_path / "backup", tmp_path / "elsewhere")
+
+
+def test_backup_and_restore_follow_what_the_handlers_declare(tmp_path: Path):
+    """gateway/backup.py knows no endpoint's files: the RAG handler declares its scratch databases,
+    its derived ANN snapshots and the jobs a restore closes (RagHandler.data_files)."""
+    from gateway.assembly import data_files
+    from handlers.rag import RagHandler
+
+    assert RagHandler.data_files in data_files()
+    data_dir = tmp_path / "data"
+    prepare(data_dir).store.close()
+    with sqlite3.connect(data_dir / "rag-keyscan-1-99.db") as conn:  # a running sync's scratch copy
+        conn.execute("CREATE TABLE keys (k)")
+    made = backup.backup(data_dir, tmp_path / "backup")
+    assert {f["name"] for f in made["files"]} == {"config.db", "disk.db"}
+    (data_dir / "rag.db.ann").mkdir()  # derived from rag.db: a forced restore removes it with rag.db
+    (data_dir / "notes.txt").write_text("not the gateway's")
+    backup.restore(tmp_path / "backup", data_dir, force=True)
+    assert not (data_dir / "rag.db.ann").exists() and not (data_dir / "rag-keyscan-1-99.db").exists()
+    assert (data_dir / "notes.txt").exists()
+    # The knowledge is the declaration's: with none, the scratch database is copied as any other.
+    with sqlite3.connect(data_dir / "rag-keyscan-1-99.db") as conn:
+        conn.execute("CREATE TABLE keys (k)")
+    undeclared = backup.backup(data_dir, tmp_path / "backup-2", files=[])
+    assert "rag-keyscan-1-99.db" in {f["name"] for f in undeclared["files"]}

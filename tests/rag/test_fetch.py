@@ -18,21 +18,32 @@ import pytest
 from backends.declarations import BACKEND_VARIABLES
 from backends.pools import TargetPools
 from backends.profiles import PROFILES_MODULE
+from backends.retrieval.ingest.sources_config import RAG_SOURCES_MODULE
+from backends.retrieval.storage.postgresql.index import PgRagIndex
+from backends.retrieval.storage.sqlite.index import DocumentRecord, RagIndex
 from gateway.services import Services
 from gateway.store import ConfigStore
+from gateway.tools import ToolHandler
 from gateway.variables import all_variables
 from handlers.rag.fetch import FetchTools, fit_row
-from handlers.rag.index import DocumentRecord, RagIndex
-from handlers.rag.ingest.sources_config import RAG_SOURCES_MODULE
-from handlers.rag.pg_index import PgRagIndex
 from tests.backends.test_pools import free_port
 from tests.query import add_auth, add_target, call, error, insert, ok
 
 BIG = "x" * 50_000
 
 
-class FetchHandler(FetchTools):
+class FetchHandler(ToolHandler):
+    """The smallest handler serving rag.fetch_from_source over one index and the targets' pools."""
+
     endpoint = "rag"
+    tool_groups = (FetchTools,)
+
+    def __init__(self, services: Services, index: RagIndex | PgRagIndex) -> None:
+        super().__init__(services)
+        self.index = index
+
+    def make_groups(self) -> list[object]:
+        return [FetchTools(lambda: self.index, self.services.targets)]
 
 
 def body_map(col: str) -> str:
@@ -150,9 +161,8 @@ def env(request: pytest.FixtureRequest, configured: dict) -> Iterator[dict]:
         stats=None,  # type: ignore[arg-type]
         metrics=None,  # type: ignore[arg-type]
         targets=configured["pools"],
-        rag_index=index,
     )
-    yield {"handler": FetchHandler(services)}
+    yield {"handler": FetchHandler(services, index)}
     index.close()
 
 

@@ -16,21 +16,39 @@ import anyio
 import psycopg
 import pytest
 
+from backends.retrieval.embeddings import index_embedding_config, make_embedder
+from backends.retrieval.ingest.foreground import run_sync
+from backends.retrieval.ingest.jobs import JobManager
+from backends.retrieval.source_lock import SourceLock
+from backends.retrieval.storage.sqlite.index import RagIndex
 from gateway.assembly import open_config
 from gateway.services import Services
-from handlers.rag.embeddings import index_embedding_config, make_embedder
-from handlers.rag.index import RagIndex
-from handlers.rag.ingest.commands import run_sync
-from handlers.rag.ingest.tools import SyncTools
-from handlers.rag.source_lock import SourceLock
+from gateway.tools import ToolHandler
+from handlers.rag.sync_tools import SyncTools
 
 DOC_MAP = {"doc_id": {"format": "notes:{id}"}, "title": {"concat": [{"col": "title"}]}, "body": {"concat": [{"col": "body"}]}}
 
 
-class IngestHost(SyncTools):
-    """The smallest handler carrying the mixin: what RagHandler gives it (index, embedder)."""
+class IngestHost(ToolHandler):
+    """The smallest handler serving the sync tools: a job manager over an index and its embedder,
+    as RagHandler starts one."""
 
     endpoint = "rag"
+    tool_groups = (SyncTools,)
+
+    def __init__(self, services: Services, index: Any, embedder: Any) -> None:
+        super().__init__(services)
+        self.index, self.embedder = index, embedder
+        self.jobs = JobManager(
+            data_dir=services.data_dir,
+            index=index,
+            embedder=embedder,
+            runtime=lambda: self.services.runtime,
+            make_embedder=make_embedder,
+        )
+
+    def make_groups(self) -> list[object]:
+        return [SyncTools(lambda: self.jobs)]
 
 
 def make_corpus(path: Path, rows: int) -> None:
@@ -64,12 +82,9 @@ def make_host(tmp_path: Path, rows: int, open_index: Any):
     runtime = store.read_runtime()
     embedder = make_embedder(index_embedding_config(runtime))
     services = Services(data_dir=tmp_path, store=store, runtime=runtime, stats=None, metrics=None)  # type: ignore[arg-type]
-    handler = IngestHost(services)
-    handler.embedder = embedder
-    handler.index = open_index(embedder)
-    handler.start_ingest(periodic=False)
+    handler = IngestHost(services, open_index(embedder), embedder)
     yield handler, corpus, store
-    handler.stop_ingest()
+    handler.jobs.close()
     handler.index.close()
 
 
@@ -158,7 +173,7 @@ def test_periodic_sync_runs_when_due(host) -> None:
     store.conn().execute("UPDATE rag_sources SET sync_interval_s = 3600")
     store.load_to_runtime("RAG SOURCES")
     handler.services.runtime = store.read_runtime()
-    manager = handler.services.rag_jobs
+    manager = handler.jobs
     (job_id,) = manager.run_due()  # never synced: due now
     assert wait_job(handler, job_id)["state"] == "ok"
     assert manager.run_due() == []  # synced a moment ago: not due for an hour
@@ -178,8 +193,8 @@ def test_a_finished_sync_has_caught_the_ann_index_up(host) -> None:
 def test_a_sync_that_loses_its_postgresql_lock_stops_and_a_rerun_is_exact(tmp_path: Path, pgvector_db: str) -> None:
     """A PostgreSQL restart ends the lock's session while the pooled writers reconnect: the job must
     stop at its next batch (another instance may own the source by then), not write on unlocked."""
-    from handlers.rag.pg_index import PgRagIndex
-    from handlers.rag.pg_ingest import SYNC_LOCK_PREFIX
+    from backends.retrieval.storage.postgresql.index import PgRagIndex
+    from backends.retrieval.storage.postgresql.ingest import SYNC_LOCK_PREFIX
 
     rows = 5_000  # ten batches: the lock is gone long before the last one
     fixture = make_host(tmp_path, rows, lambda e: PgRagIndex.open(pgvector_db, embedding_model_id=e.model_id, dim=e.dim))

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from server_process import GatewayProcess, call_tool, registered_endpoints, start_gateway
 
-from .embedding_server import EmbeddingServer
+from tests.retrieval.embedding_server import EmbeddingServer
 
 pytestmark = pytest.mark.skipif("rag" not in registered_endpoints(), reason="the rag endpoint is needed")
 ROWS = 300

@@ -22,14 +22,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from backends.retrieval.call import Call, Caps
+from backends.retrieval.protocols import SearchIndex
+from backends.retrieval.storage.reader import reading
+from backends.retrieval.storage.sqlite.index import ChunkRecord, DocumentRecord
 from gateway.errors import DeadlineExceeded
 from gateway.runtime import build_runtime
-from gateway.services import SearchIndex, Services
+from gateway.services import Services
 from gateway.variables import all_variables
 from handlers.rag import RagHandler
-from handlers.rag.index import ChunkRecord, DocumentRecord
-from handlers.rag.limits import Call, Caps
-from handlers.rag.storage import reading
 
 COMMON = "database"  # a word in every chunk: an FTS query for it matches the whole corpus
 TOPICS = {
@@ -145,9 +146,9 @@ def gw(request, tmp_path_factory) -> Gateway:
 
 
 def test_the_index_other_endpoints_see_is_the_same_on_both_backends(gw: Gateway) -> None:
-    """Services.SearchIndex names only what both backends implement: no rag.db path or connection."""
+    """SearchIndex names only what both backends implement: no rag.db path or connection."""
     index = gw.handler.index
-    assert gw.handler.services.rag_index is index and isinstance(index, SearchIndex)
+    assert gw.handler.opened.open_index() is index and isinstance(index, SearchIndex)
     assert (index.embedding_model_id, index.dim) == (gw.handler.embedder.model_id, 64)
     assert index.meta()["embedding_dim"] == "64"
     in_source_1 = sum(1 for d in CORPUS if d["source_id"] == 1)

@@ -1,4 +1,4 @@
-"""LOAD RAG SOURCES and what is already indexed (handlers/rag/ingest/reconcile.py), through the
+"""LOAD RAG SOURCES and what is already indexed (backends/retrieval/ingest/reconcile.py), through the
 real RagHandler and its runtime-change hook (the one the server calls in every worker): a
 disabled source leaves the search results with the LOAD and comes back when enabled; a removed
 source's documents, chunks, FTS rows and vectors are deleted, and the other source is untouched."""
@@ -14,11 +14,11 @@ from typing import Any
 import anyio
 import pytest
 
+from backends.retrieval.ingest import reconcile
 from gateway import sqlite
 from gateway.assembly import open_config
 from gateway.services import Services
 from handlers.rag import RagHandler
-from handlers.rag.ingest import reconcile
 
 DOC_MAP = {"doc_id": {"format": "{t}:{id}"}, "title": {"concat": [{"col": "title"}]}, "body": {"concat": [{"col": "body"}]}}
 
@@ -161,7 +161,7 @@ def test_starting_over_an_index_the_configuration_never_named_deletes_nothing(ra
 def test_the_follower_applies_vectors_another_process_committed_without_a_search(rag) -> None:
     """A sync by another process (another worker, the demo build, the CLI) commits vectors:
     the handler's follower thread applies them within seconds, so no search has to."""
-    from handlers.rag.vector_store import read_vectors, write_vectors
+    from backends.retrieval.storage.sqlite.vector_store import read_vectors, write_vectors
 
     handler, _ = rag
     vectors = handler.index.vectors
