@@ -3,7 +3,12 @@
 - gateway/ and backends/ never import handlers, except the app assembly (gateway/assembly.py);
 - gateway/ uses backends/ only where the app builds them (assembly) and names their types (services);
 - a handler package imports only itself, backends and gateway, never another handler;
-- no import cycle between modules of gateway/, backends/ and handlers/.
+- no import cycle between modules of gateway/, backends/ and handlers/;
+- one room per engine: outside backends/engines/ no module imports a database driver or names a
+  target protocol (the retrieval index storages, backends/retrieval/storage/, are storage, not
+  targets: they may name their own backends and use psycopg);
+- tool groups are composed, not inherited: a class that declares tools has no base but
+  ToolHandler (a handler) or none (a tool group), and no class inherits from one that declares tools.
 
 Every import counts: module level, inside functions, and under `if TYPE_CHECKING:`, so a cycle
 cannot hide behind a delayed or type-only import.
@@ -164,3 +169,126 @@ def test_a_bad_import_is_caught(tmp_path: Path, module: str, line: str, expected
 def test_a_cycle_is_caught(tmp_path: Path) -> None:
     root = _tree_with(tmp_path, "backends.targets", "def _late():\n    from backends import pools  # noqa")
     assert any({"backends.targets", "backends.pools"} <= set(c) for c in cycles(import_graph(root)))
+
+
+# -- one room per engine ------------------------------------------------------------------------
+DRIVERS = frozenset({"pymysql", "psycopg", "psycopg_pool", "sqlite3", "duckdb"})
+PROTOCOL_NAMES = frozenset({"mysql", "pgsql", "sqlite", "duckdb"})
+ENGINE_ROOMS = ("backends.engines",)  # every engine's knowledge lives here
+STORAGE_ROOMS = ("backends.retrieval.storage",)  # the retrieval index storages: storage, not targets
+
+
+def _inside(module: str, rooms: tuple[str, ...]) -> bool:
+    return any(module == room or module.startswith(room + ".") for room in rooms)
+
+
+def engine_knowledge(root: Path) -> list[str]:
+    """Driver imports and protocol names outside the engines' room: `protocol == "mysql"`,
+    `{"pgsql": ..., "mysql": ...}`, `PLACEHOLDERS[target.protocol]`, `import pymysql` ..."""
+    problems = []
+    for module, path in sorted(source_modules(root).items()):
+        if _inside(module, ENGINE_ROOMS):
+            continue
+        storage = _inside(module, STORAGE_ROOMS)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            line = f"{module}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                for name in names:
+                    driver = name.split(".")[0]
+                    if driver in DRIVERS and not (storage and driver in ("psycopg", "psycopg_pool")):
+                        problems.append(f"{line} imports the driver {driver}")
+            elif isinstance(node, ast.Constant) and node.value in PROTOCOL_NAMES and not storage:
+                problems.append(f"{line} names the protocol {node.value!r}")
+            elif isinstance(node, ast.Subscript) and _names_protocol(node.slice):
+                problems.append(f"{line} looks a table up by protocol")
+    return problems
+
+
+def _names_protocol(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "protocol") or (isinstance(node, ast.Attribute) and node.attr == "protocol")
+
+
+def _tool_classes(root: Path) -> dict[str, tuple[str, list[str], bool]]:
+    """Every class of handlers/: name -> (module, base names, whether it declares a @tool)."""
+    found: dict[str, tuple[str, list[str], bool]] = {}
+    for module, path in source_modules(root).items():
+        if not module.startswith("handlers"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+                declares = any(
+                    isinstance(d, ast.Call) and ast.unparse(d.func) == "tool"
+                    for item in node.body
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                    for d in item.decorator_list
+                )
+                found[node.name] = (module, bases, declares)
+    return found
+
+
+def tool_group_mixins(root: Path) -> list[str]:
+    classes = _tool_classes(root)
+    tool_owners = {name for name, (_, bases, declares) in classes.items() if declares or "ToolHandler" in bases}
+    problems = []
+    for name, (module, bases, declares) in sorted(classes.items()):
+        inherited = [b for b in bases if b in tool_owners]
+        if inherited:
+            problems.append(f"{module}.{name} inherits from {', '.join(inherited)}: compose tool groups, do not inherit them")
+        elif (declares or "ToolHandler" in bases) and [b for b in bases if b not in ("ToolHandler", "object")]:
+            problems.append(f"{module}.{name} declares tools over {', '.join(bases)}: a tool group has no base")
+    return problems
+
+
+def test_engines_live_in_one_room() -> None:
+    assert engine_knowledge(ROOT) == []
+
+
+def test_tool_groups_are_composed() -> None:
+    assert tool_group_mixins(ROOT) == []
+
+
+def test_no_silent_attribute_contracts() -> None:
+    """A tool group states what it uses in its constructor: no attribute it hopes a sibling sets."""
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "handlers").rglob("*.py"))
+        if "type: ignore[attr-defined]" in p.read_text()
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "expected"),
+    [
+        (
+            "handlers.query.sql_tools",
+            "def _planted(target):\n    return target.protocol == 'mysql'",
+            "names the protocol 'mysql'",
+        ),
+        (
+            "handlers.admin.handler",
+            "PLANTED = {}\ndef _planted(target):\n    return PLANTED[target.protocol]",
+            "looks a table up by protocol",
+        ),
+        ("handlers.query.sql_tools", "import pymysql", "imports the driver pymysql"),
+        ("gateway.store", "from psycopg import sql as planted", "imports the driver psycopg"),
+        ("handlers.rag.handler", "def _planted():\n    import sqlite3", "imports the driver sqlite3"),
+    ],
+)
+def test_planted_engine_knowledge_is_caught(tmp_path: Path, module: str, line: str, expected: str) -> None:
+    problems = engine_knowledge(_tree_with(tmp_path, module, line))
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "class PlantedMixin(SqlTools):\n    pass",
+        "from gateway.tools import ToolHandler, tool\nclass Planted(ToolHandler, SqlTools):\n    pass",
+    ],
+)
+def test_a_planted_mixin_is_caught(tmp_path: Path, line: str) -> None:
+    problems = tool_group_mixins(_tree_with(tmp_path, "handlers.query.sql_tools", line))
+    assert any("inherits from SqlTools" in p for p in problems), problems
