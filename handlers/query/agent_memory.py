@@ -168,9 +168,9 @@ class AgentMemoryTools(ToolHandler):
     """Mixin of QueryHandler: needs memory(), require_writes() and resolve_target() (CatalogTools)."""
 
     def _check_sql(self, target_id: str, sql: str, what: str) -> None:
-        protocol = self.resolve_target(target_id).protocol  # type: ignore[attr-defined]
+        engine = self.resolve_target(target_id).engine  # type: ignore[attr-defined]
         try:
-            check_readonly(sql, protocol)
+            check_readonly(sql, engine)
         except InvalidArgument as exc:
             raise InvalidArgument(f"{what} is not stored: {exc.message}") from None
 

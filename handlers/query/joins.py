@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from backends.harvest import snapshot
+from backends.sql import Statement
 from backends.targets import default_schema
 from gateway.errors import DeadlineExceeded
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
@@ -110,13 +110,7 @@ class JoinTools(ToolHandler):
             )
             try:
                 out = self._sql().run(  # type: ignore[attr-defined]
-                    ctx,
-                    tool_name=tool_name,
-                    sql=sql,
-                    target_id=target.target_id,
-                    schema=None,
-                    max_rows=None,
-                    timeout_ms=remaining_ms,
+                    ctx, Statement(sql=sql, target_id=target.target_id, timeout_ms=remaining_ms, tool_name=tool_name)
                 )
             except DeadlineExceeded:
                 return False
@@ -157,7 +151,7 @@ class JoinTools(ToolHandler):
             if args.table_b:
                 require_table(catalog, target.target_id, schema, args.table_b)
             names = [args.table_a, args.table_b] if args.table_b else None
-            tables = snapshot(target.protocol, catalog.conn, schema, names)
+            tables = target.engine.snapshot(catalog.conn, schema, names)
         a = tables[args.table_a]
         others = [tables[args.table_b]] if args.table_b else [t for t in tables.values() if t["type"] == "table"]
         involved = {args.table_a, *([args.table_b] if args.table_b else [])}
@@ -194,7 +188,7 @@ class JoinTools(ToolHandler):
         with self.catalog(args.target_id, "find_reference_candidates") as (target, catalog):  # type: ignore[attr-defined]
             schema = default_schema(target, args.schema_)
             require_table(catalog, target.target_id, schema, args.table)
-            tables = snapshot(target.protocol, catalog.conn, schema)
+            tables = target.engine.snapshot(catalog.conn, schema)
         child = tables[args.table]
         require_column(child["columns"], target.target_id, schema, args.table, args.column)
         declared = [
