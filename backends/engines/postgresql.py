@@ -37,6 +37,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
 from backends.engines.catalog import Table, add_key, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
@@ -791,6 +792,33 @@ def _privilege_warnings(conn: Any) -> list[str]:
     if flags.get("rolsuper"):
         warnings.append("the account can read and write server files (superuser)")
     return warnings
+
+
+# -- the cluster's configuration database (gateway/cluster.py) ------------------------------------
+
+
+class ClusterDatabase:
+    """gateway.cluster.ClusterDatabase on psycopg: the cluster's shared configuration lives in
+    PostgreSQL, and gateway/ (the bottom layer) does not import the driver."""
+
+    errors: tuple[type[Exception], ...] = (psycopg.Error,)
+    unreachable: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
+
+    @staticmethod
+    def connect(
+        dsn: str, *, autocommit: bool, connect_timeout: int, application_name: str, options: str | None = None
+    ) -> psycopg.Connection:
+        extra = {"options": options} if options else {}
+        return psycopg.connect(
+            dsn, autocommit=autocommit, connect_timeout=connect_timeout, application_name=application_name, **extra
+        )
+
+    @staticmethod
+    def json(value: Any) -> Jsonb:
+        return Jsonb(value)
+
+
+CLUSTER_DATABASE = ClusterDatabase()
 
 
 # -- the engine --------------------------------------------------------------------------------------
