@@ -4,8 +4,9 @@ resolve the target -> MCP query rules (block, answer, rewrite, lower the timeout
 TTL; rules.py) -> the read-only parser allowlist, which regenerates the text that runs
 (readonly.py) -> the query result cache (backends/result_cache: a hit answers here) -> the
 engine's read-only transaction with a server-side timeout, one statement per call, row and
-byte caps (execute.py) -> digest and rule-hit statistics (digest.py, rules.py); a result the
-cache should keep is stored on the way out. A refused statement never reaches the cache.
+byte caps (`target.engine.execute`, backends/engines) -> digest and rule-hit statistics
+(digest.py, rules.py); a result the cache should keep is stored on the way out. A refused
+statement never reaches the cache.
 
 run_sql_readonly, explain_sql and the sampling tools of /mcp/query call `run`; so must any
 other tool that runs SQL for a caller (profiling, llm.query, cache warm-up): there is no

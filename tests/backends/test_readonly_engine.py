@@ -130,7 +130,7 @@ def test_postgres_one_statement_per_call_by_protocol(sql_env: dict, plain: dict)
     conn = plain["pg"]
     with pytest.raises(InvalidArgument, match="multiple commands"):
         engine_for("pgsql").execute(conn, "SELECT 1; SELECT 2", **LIMITS)
-    # Layer 1 alone, as execute.py calls the driver: in a pipeline every statement goes through
+    # Layer 1 alone, as the PostgreSQL engine calls the driver: in a pipeline every statement goes through
     # the extended protocol, whose Parse takes one statement (prepare=True would do the same).
     with pytest.raises(psycopg.errors.SyntaxError), conn.pipeline():
         conn.execute("SELECT 1; DELETE FROM items")
