@@ -118,6 +118,10 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
 # -- connections ---------------------------------------------------------------------------------
 
 
+def _is_mariadb(conn: pymysql.connections.Connection) -> bool:
+    return "mariadb" in conn.get_server_info().lower()
+
+
 def ssl_context(target: TargetSettings) -> ssl.SSLContext | None:
     if not target.use_ssl or target.ssl_mode == "disable":
         return None
@@ -149,7 +153,7 @@ def connect_session(target: TargetSettings, *, connect_timeout_s: float, io_time
         raise RuntimeError("pymysql enabled MULTI_STATEMENTS")
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION READ ONLY")
-        if "mariadb" in conn.get_server_info().lower():
+        if _is_mariadb(conn):
             cur.execute("SET SESSION max_statement_time = %s", (target.timeout_ms / 1000,))
         else:
             cur.execute("SET SESSION max_execution_time = %s", (target.timeout_ms,))
@@ -166,10 +170,6 @@ def _ping(conn: pymysql.connections.Connection, *, timeout_s: float) -> None:
         conn.ping(reconnect=False)
     finally:
         conn._read_timeout = saved
-
-
-def _is_mariadb(conn: pymysql.connections.Connection) -> bool:
-    return "mariadb" in conn.get_server_info().lower()
 
 
 def _needs_rollback(conn: pymysql.connections.Connection) -> bool:
@@ -190,7 +190,7 @@ def _run_mysql(
 ) -> tuple:
     if conn.client_flag & CLIENT.MULTI_STATEMENTS:
         raise Unavailable("refusing a MySQL connection opened with CLIENT_MULTI_STATEMENTS")
-    mariadb = "mariadb" in conn.get_server_info().lower()
+    mariadb = _is_mariadb(conn)
     cur = conn.cursor(pymysql.cursors.SSCursor)  # unbuffered: rows past the cap are never held
     try:
         if _needs_rollback(conn):
