@@ -1,25 +1,25 @@
 """Layer 3 of read-only SQL: a sqlglot allowlist over the whole statement tree.
 
 `check_readonly(sql, engine)` accepts exactly one SELECT / WITH ... SELECT / set operation,
-the other read forms the engine declares (backends/engines: `ReadOnlyRules`: SHOW and DESCRIBE
-<table> for MySQL/MariaDB, SHOW <setting> for PostgreSQL, EXPLAIN QUERY PLAN for SQLite), or
-a plain EXPLAIN of a SELECT, and returns the
-statement *regenerated* from the checked tree. The regenerated text is what runs, so a
-parser differential (a comment, a MySQL `--` quirk, a token sqlglot silently dropped) cannot
-smuggle anything past the check: what was checked is what executes. The regenerated text is
-parsed and checked once more, so a generator quirk cannot produce an unchecked statement. A
-statement that differs from a checked one only in plain literal values reuses that one's
-proven template instead of being parsed (see "shapes" below: ~13 us instead of ~113 us).
+the other read forms the engine declares (its `ReadOnlyRules`, backends/engines: SHOW and
+DESCRIBE <table> for MySQL/MariaDB, SHOW <setting> for PostgreSQL, EXPLAIN QUERY PLAN for
+SQLite), or a plain EXPLAIN of a SELECT, and returns the statement *regenerated* from the
+checked tree. The regenerated text is what runs, so a parser differential (a comment, a MySQL
+`--` quirk, a token sqlglot silently dropped) cannot smuggle anything past the check: what was
+checked is what executes. The regenerated text is parsed and checked once more, so a generator
+quirk cannot produce an unchecked statement. A statement that differs from a checked one only
+in plain literal values reuses that one's proven template instead of being parsed (see
+"shapes" below: ~13 us instead of ~113 us).
 
 Refused anywhere in the tree: DML/DDL and writable CTEs, INTO (OUTFILE, DUMPFILE, @var,
 a new table), locking clauses (FOR UPDATE/SHARE, LOCK IN SHARE MODE), SET/CALL/DO/PREPARE/
 EXECUTE/HANDLER/LOCK and anything sqlglot only understands as an opaque `Command`, variable
 assignment (`:=`), bind placeholders, and calls to the file, network, lock, sleep and admin
-functions every engine declares (DENIED_FUNCTIONS) - at any node, including table functions in FROM. MySQL
-conditional comments (`/*! */`, `/*M! */`) are refused on the raw text because MySQL
-executes them. Anything that does not parse is refused (fail closed). The sampling tools'
-`columns`, `where` and `order_by` go through `parse_fragment`: parsed alone, one clause only,
-the same tree check, and rebuilt from nodes.
+functions every engine declares (DENIED_FUNCTIONS, DENIED_PREFIXES) - at any node, including
+table functions in FROM. MySQL conditional comments (`/*! */`, `/*M! */`) are refused on the
+raw text because MySQL executes them. Anything that does not parse is refused (fail closed).
+The sampling tools' `columns`, `where` and `order_by` go through `parse_fragment`: parsed
+alone, one clause only, the same tree check, and rebuilt from nodes.
 
 `current_setting()` is allowed: it only reads, and PostgreSQL itself hides the sensitive
 settings (data_directory, ...) from roles without pg_read_all_settings.
