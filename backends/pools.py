@@ -1,16 +1,13 @@
 """Connection pools per query target: the one place the gateway opens backend connections.
 
-One BoundedPool per target, of
-    pgsql   psycopg connections
-    mysql   pymysql connections (never CLIENT.MULTI_STATEMENTS, autocommit on)
-    sqlite  stdlib sqlite3 connections opened read-only (`file:...?mode=ro`)
-
-Sessions are opened read-only with the target's statement timeout (backends/connect.py).
+One BoundedPool per target, of its engine's connections (backends/engines: opened read-only
+with the target's statement timeout, pinged, checked for a broken link or an open transaction
+by the engine).
 
 Health: a connection idle longer than mcp-query_pool_idle_check_ms, or returned before the
 pool last saw a connection die, is pinged before it is handed out; a dead one is discarded
 and replaced, which is how pools recover after a backend restart. `connection()` rolls back
-when a transaction may be open (backends.needs_rollback: a free check, so an autocommit
+when a transaction may be open (the engine's needs_rollback: a free check, so an autocommit
 MariaDB session costs no ROLLBACK round trip) and returns the connection; one that broke
 during the call is discarded and the call gets UNAVAILABLE. Pools are created on first use
 and rebuilt only for targets whose definition changed (`update`).
@@ -27,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -35,24 +31,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from backends.connect import (
-    SqliteConnection,
-    connect_mysql,
-    connect_pgsql,
-    connect_sqlite,
-    connection_broken,
-    needs_rollback,
-    ping_mysql,
-    ping_pgsql,
-    ping_sqlite,
-)
 from backends.targets import Target, targets_from_runtime
 from gateway.errors import GatewayError, NotFound, Unavailable
 from gateway.runtime import Runtime
 
 log = logging.getLogger("mcp_gateway.pools")
 
-__all__ = ["TargetPools", "connection_broken", "BoundedPool"]
+__all__ = ["TargetPools", "BoundedPool"]
 
 
 class PoolTimeout(Exception):
@@ -193,37 +178,29 @@ class _TargetPool:
         self.target = target
         self.health = Health(idle_check_s)
         self.max_size = max_size
-        connect: Callable[[], Any]
-        ping: Callable[[Any], None]
-        if target.protocol == "pgsql":
-            connect, ping = (lambda: connect_pgsql(target, connect_timeout_s=timeout_s)), ping_pgsql
-        elif target.protocol == "mysql":
-            connect = lambda: connect_mysql(target, connect_timeout_s=timeout_s, io_timeout_s=io_timeout_s)  # noqa: E731
-            ping = lambda conn: ping_mysql(conn, timeout_s=timeout_s)  # noqa: E731
-        else:
-            connect = lambda: connect_sqlite(target, timeout_s=timeout_s)  # noqa: E731
-            ping = lambda conn: ping_sqlite(conn, target.database)  # noqa: E731
+        self.engine = engine = target.engine
+        connect: Callable[[], Any] = lambda: engine.connect(target, timeout_s=timeout_s, io_timeout_s=io_timeout_s)  # noqa: E731
+        ping: Callable[[Any], None] = lambda conn: engine.ping(conn, target, timeout_s=timeout_s)  # noqa: E731
         self.pool = BoundedPool(connect, ping, self.health, max_size=max_size, timeout_s=timeout_s)
 
     def getconn(self) -> Any:
         conn = self.pool.getconn()
-        if isinstance(conn, SqliteConnection):
-            conn.deadline = time.monotonic() + self.target.timeout_ms / 1000
+        self.engine.borrowed(conn, self.target)
         return conn
 
     def putconn(self, conn: Any) -> None:
         """Roll back when a transaction may be open, and return. A connection that cannot roll
         back is discarded as dead; one still outside autocommit after it (a borrower turned
         autocommit off) is discarded too, so the next borrower never inherits that."""
-        broken = connection_broken(conn)
+        engine = self.engine
+        broken = engine.broken(conn)
         keep = not broken
         if keep:
             try:
-                if isinstance(conn, SqliteConnection):
-                    conn.deadline = math.inf
-                if needs_rollback(conn):
+                engine.returned(conn)
+                if engine.needs_rollback(conn):
                     conn.rollback()
-                    keep = not needs_rollback(conn)
+                    keep = not engine.needs_rollback(conn)
             except Exception:  # noqa: BLE001 - it died while we were using it
                 broken, keep = True, False
         if broken:
@@ -328,7 +305,7 @@ class TargetPools:
         except GatewayError:
             raise
         except Exception as exc:
-            if connection_broken(conn):
+            if target.engine.broken(conn):
                 pool.health.error()
                 raise Unavailable(f"target {target.target_id} is unreachable (connection lost)") from exc
             raise

@@ -1,23 +1,25 @@
 """Layer 3 of read-only SQL: a sqlglot allowlist over the whole statement tree.
 
-`check_readonly(sql, protocol)` accepts exactly one SELECT / WITH ... SELECT / set operation,
-SHOW or DESCRIBE <table> (MySQL/MariaDB), or a plain EXPLAIN of a SELECT, and returns the
-statement *regenerated* from the checked tree. The regenerated text is what runs, so a
-parser differential (a comment, a MySQL `--` quirk, a token sqlglot silently dropped) cannot
-smuggle anything past the check: what was checked is what executes. The regenerated text is
-parsed and checked once more, so a generator quirk cannot produce an unchecked statement. A
-statement that differs from a checked one only in plain literal values reuses that one's
-proven template instead of being parsed (see "shapes" below: ~13 us instead of ~113 us).
+`check_readonly(sql, engine)` accepts exactly one SELECT / WITH ... SELECT / set operation,
+the other read forms the engine declares (its `ReadOnlyRules`, backends/engines: SHOW and
+DESCRIBE <table> for MySQL/MariaDB, SHOW <setting> for PostgreSQL, EXPLAIN QUERY PLAN for
+SQLite), or a plain EXPLAIN of a SELECT, and returns the statement *regenerated* from the
+checked tree. The regenerated text is what runs, so a parser differential (a comment, a MySQL
+`--` quirk, a token sqlglot silently dropped) cannot smuggle anything past the check: what was
+checked is what executes. The regenerated text is parsed and checked once more, so a generator
+quirk cannot produce an unchecked statement. A statement that differs from a checked one only
+in plain literal values reuses that one's proven template instead of being parsed (see
+"shapes" below: ~13 us instead of ~113 us).
 
 Refused anywhere in the tree: DML/DDL and writable CTEs, INTO (OUTFILE, DUMPFILE, @var,
 a new table), locking clauses (FOR UPDATE/SHARE, LOCK IN SHARE MODE), SET/CALL/DO/PREPARE/
 EXECUTE/HANDLER/LOCK and anything sqlglot only understands as an opaque `Command`, variable
 assignment (`:=`), bind placeholders, and calls to the file, network, lock, sleep and admin
-functions of DENIED_FUNCTIONS - at any node, including table functions in FROM. MySQL
-conditional comments (`/*! */`, `/*M! */`) are refused on the raw text because MySQL
-executes them. Anything that does not parse is refused (fail closed). The sampling tools'
-`columns`, `where` and `order_by` go through `parse_fragment`: parsed alone, one clause only,
-the same tree check, and rebuilt from nodes.
+functions every engine declares (DENIED_FUNCTIONS, DENIED_PREFIXES) - at any node, including
+table functions in FROM. MySQL conditional comments (`/*! */`, `/*M! */`) are refused on the
+raw text because MySQL executes them. Anything that does not parse is refused (fail closed).
+The sampling tools' `columns`, `where` and `order_by` go through `parse_fragment`: parsed
+alone, one clause only, the same tree check, and rebuilt from nodes.
 
 `current_setting()` is allowed: it only reads, and PostgreSQL itself hides the sensitive
 settings (data_directory, ...) from roles without pg_read_all_settings.
@@ -39,44 +41,17 @@ from sqlglot.errors import SqlglotError
 from sqlglot.parser import Parser
 from sqlglot.tokens import Token, Tokenizer, TokenType
 
+from backends.engines import ENGINES
+from backends.engines.base import Engine, ReadOnlyRules
 from gateway.errors import InvalidArgument
 
-DIALECTS = {"mysql": "mysql", "pgsql": "postgres", "sqlite": "sqlite"}
-
-# Exact names (lower case) refused wherever they are called.
-DENIED_FUNCTIONS = frozenset(
-    {
-        # PostgreSQL: server files, large objects, other connections, settings, signals, sleep
-        "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "pg_stat_file", "pg_current_logfile",
-        "lo_import", "lo_export", "lo_open", "lo_close", "loread", "lowrite", "lo_get", "lo_put",
-        "lo_from_bytea", "lo_create", "lo_creat", "lo_unlink", "lo_truncate", "lo_lseek", "lo_tell",
-        "pg_terminate_backend", "pg_cancel_backend", "pg_reload_conf", "pg_rotate_logfile",
-        "pg_promote", "pg_switch_wal", "pg_create_restore_point", "pg_backup_start", "pg_backup_stop",
-        "pg_start_backup", "pg_stop_backup", "pg_notify", "set_config", "pg_import_system_collations",
-        "query_to_xml", "query_to_xml_and_xmlschema", "query_to_xmlschema", "cursor_to_xml",
-        "cursor_to_xmlschema", "table_to_xml", "table_to_xml_and_xmlschema", "schema_to_xml",
-        "database_to_xml", "database_to_xml_and_xmlschema", "nextval", "setval", "txid_current",
-        "pg_current_xact_id", "pg_log_backend_memory_contexts", "pg_file_write", "pg_file_rename",
-        "pg_file_unlink", "pg_logdir_ls",
-        # MySQL / MariaDB: files, sleep, locks, replication waits, known UDF backdoors
-        "load_file", "sleep", "benchmark", "get_lock", "release_lock", "release_all_locks",
-        "is_free_lock", "is_used_lock", "master_pos_wait", "source_pos_wait", "master_gtid_wait",
-        "wait_for_executed_gtid_set", "wait_until_sql_thread_after_gtids", "sys_exec", "sys_eval",
-        "sys_get", "sys_set", "lib_mysqludf_sys_info",
-        # SQLite: extensions and the fileio / zipfile helpers of the sqlite3 shell
-        "load_extension", "readfile", "writefile", "edit", "fsdir", "zipfile", "sqlar_compress",
-        "sqlar_uncompress", "fts3_tokenizer", "lsmode",
-    }
-)  # fmt: skip
-# Families refused by prefix: every pg_sleep*, dblink*, advisory lock, replication slot, ...
-DENIED_PREFIXES = (
-    "pg_sleep", "dblink", "pg_advisory", "pg_try_advisory", "pg_ls_", "pg_read_", "pg_file",
-    "pg_logical_", "pg_replication_", "pg_create_", "pg_drop_", "pg_copy_", "pg_wal_replay",
-    "lo_", "sqlar_",
-)  # fmt: skip
-# Catalogs that hold credentials; reading them needs no write, so the engine would allow it.
-DENIED_TABLES = frozenset({"pg_authid", "pg_shadow", "pg_user_mapping", "pg_user_mappings"})
-DENIED_TABLE_SCHEMAS = frozenset({"mysql"})  # mysql.user, mysql.global_priv: password hashes
+# Every engine's refusals apply on every engine: a name dangerous on one (a file reader, a
+# sleep, a credential catalog) costs nothing to refuse on the others.
+_RULES = [engine.readonly for engine in ENGINES.values()]
+DENIED_FUNCTIONS = frozenset(name for rules in _RULES for name in rules.denied_functions)  # exact names, lower case
+DENIED_PREFIXES = tuple(dict.fromkeys(prefix for rules in _RULES for prefix in rules.denied_prefixes))  # families
+DENIED_TABLES = frozenset(name for rules in _RULES for name in rules.denied_tables)
+DENIED_TABLE_SCHEMAS = frozenset(name for rules in _RULES for name in rules.denied_schemas)
 
 _DENIED_NODE_NAMES = (
     "Insert", "Update", "Delete", "Merge", "Create", "Drop", "Alter", "TruncateTable", "Command",
@@ -126,13 +101,6 @@ def _tools(dialect: str) -> tuple[Tokenizer, Parser]:
 
 def _tokenize(sql: str, dialect: str) -> list[Token]:
     return _tools(dialect)[0].tokenize(sql)
-
-
-def dialect_of(protocol: str) -> str:
-    try:
-        return DIALECTS[protocol]
-    except KeyError:
-        raise InvalidArgument(f"unknown protocol {protocol!r}") from None
 
 
 def refuse(reason: str) -> InvalidArgument:
@@ -207,12 +175,12 @@ def _parse_one(sql: str, dialect: str) -> exp.Expression:
     return statements[0]
 
 
-def _root_kind(tree: exp.Expression, dialect: str) -> str:
+def _root_kind(tree: exp.Expression, rules: ReadOnlyRules) -> str:
     if isinstance(tree, QUERY_ROOTS):
         return "select"
-    if isinstance(tree, exp.Show) and dialect == "mysql":
+    if isinstance(tree, exp.Show) and rules.show_and_describe:
         return "show"
-    if isinstance(tree, exp.Describe) and dialect == "mysql":
+    if isinstance(tree, exp.Describe) and rules.show_and_describe:
         extra = {k for k, v in tree.args.items() if v and k not in ("this", "as_json")}
         if isinstance(tree.this, exp.Table) and not extra:
             return "describe"
@@ -220,8 +188,9 @@ def _root_kind(tree: exp.Expression, dialect: str) -> str:
     raise refuse(f"{type(tree).__name__.upper()} statements are not read-only")
 
 
-def _explain_inner(sql: str, dialect: str) -> tuple[str, str] | None:
+def _explain_inner(sql: str, rules: ReadOnlyRules) -> tuple[str, str] | None:
     """For `EXPLAIN <query>`: (prefix to run, inner query text); None when not an EXPLAIN."""
+    dialect = rules.dialect
     if not _MAYBE_EXPLAIN.search(sql):
         return None  # cheap pre-check; a missed EXPLAIN parses as DESCRIBE/Command and is refused
     try:
@@ -239,12 +208,12 @@ def _explain_inner(sql: str, dialect: str) -> tuple[str, str] | None:
     if not tokens:
         raise refuse("EXPLAIN needs a statement")
     first = tokens[0].text.upper()
-    if dialect == "sqlite" and first == "QUERY" and len(tokens) > 2 and tokens[1].text.upper() == "PLAN":
+    if rules.explain_query_plan and first == "QUERY" and len(tokens) > 2 and tokens[1].text.upper() == "PLAN":
         return "EXPLAIN QUERY PLAN ", rest[tokens[2].start :]
-    if first in ("SELECT", "WITH") or (first == "(" and dialect != "postgres"):
+    if first in ("SELECT", "WITH") or (first == "(" and not rules.explain_options_in_parentheses):
         return "EXPLAIN ", rest[tokens[0].start :]
     if (
-        dialect == "mysql"
+        rules.show_and_describe
         and tokens[0].token_type.name in ("VAR", "IDENTIFIER")
         and first not in ("ANALYZE", "EXTENDED", "PARTITIONS", "FORMAT")
     ):
@@ -300,21 +269,22 @@ def _capped(tree: exp.Expression, row_cap: int) -> bool:
     return rows is not None and rows <= row_cap
 
 
-def check_readonly(sql: str, protocol: str, *, row_cap: int | None = None) -> CheckedStatement:
+def check_readonly(sql: str, engine: Engine, *, row_cap: int | None = None) -> CheckedStatement:
     """Accept one read-only statement and return the text to run, or raise InvalidArgument.
 
     A statement that differs from an earlier one only in plain literals is answered from that
     statement's checked shape (see "Shapes" below); every result is also remembered by the exact
-    (sql, protocol, row_cap). A full check costs ~110 us; agents repeat statements with new
+    (sql, engine, row_cap). A full check costs ~110 us; agents repeat statements with new
     values. Refusals are not cached (they raise), nor statements longer than CACHED_SQL_CHARS,
     which would let a caller fill the caches with hundreds of megabytes."""
+    rules = engine.readonly
     try:
         if len(sql) > CACHED_SQL_CHARS:
-            return _check_cached.__wrapped__(sql, protocol, row_cap)
-        key = (sql, protocol, row_cap)
+            return _check_cached.__wrapped__(sql, rules, row_cap)
+        key = (sql, rules, row_cap)
         checked = _exact.get(key)
         if checked is None:
-            checked = _check_by_shape(sql, protocol, row_cap) or _check_cached(sql, protocol, row_cap)
+            checked = _check_by_shape(sql, rules, row_cap) or _check_cached(sql, rules, row_cap)
             with _shapes_lock:
                 if len(_exact) >= _MAX_EXACT:
                     del _exact[next(iter(_exact))]  # the oldest
@@ -328,23 +298,23 @@ def check_readonly(sql: str, protocol: str, *, row_cap: int | None = None) -> Ch
 
 
 @functools.lru_cache(maxsize=2048)
-def _check_cached(sql: str, protocol: str, row_cap: int | None) -> CheckedStatement:
-    dialect = dialect_of(protocol)
+def _check_cached(sql: str, rules: ReadOnlyRules, row_cap: int | None) -> CheckedStatement:
+    dialect = rules.dialect
     if "\x00" in sql:
         raise refuse("NUL bytes are not allowed")
     if _CONDITIONAL_COMMENT.search(sql):
         raise refuse("MySQL conditional comments and optimizer hints (/*! */, /*M! */, /*+ */) are not allowed")
-    if dialect == "postgres" and sql.lstrip().upper().startswith("SHOW"):
+    if rules.show_setting and sql.lstrip().upper().startswith("SHOW"):
         match = _PG_SHOW.match(sql)
         if not match:
             raise refuse("SHOW takes one setting name")
         return CheckedStatement(sql=f"SHOW {match.group(1)}", kind="show", dialect=dialect)
-    explain = _explain_inner(sql, dialect)
+    explain = _explain_inner(sql, rules)
     prefix, body = explain if explain else ("", sql)
     tree = _parse_one(body, dialect)
     while isinstance(tree, exp.Subquery) and isinstance(tree.this, exp.Query) and not tree.args.get("limit"):
         tree = tree.this  # (SELECT ...) at the top: the parentheses add nothing, and hide the LIMIT
-    kind = _root_kind(tree, dialect)
+    kind = _root_kind(tree, rules)
     if explain and kind != "select":
         raise refuse("EXPLAIN takes a SELECT")
     check_tree(tree)
@@ -355,7 +325,7 @@ def _check_cached(sql: str, protocol: str, row_cap: int | None) -> CheckedStatem
     # What runs is checked too: the generated text must parse to one statement that passes,
     # with the row cap still on the outer query (`FROM SELECT 1` + LIMIT re-binds it inside).
     again = _parse_one(text, dialect)
-    _root_kind(again, dialect)
+    _root_kind(again, rules)
     check_tree(again)
     if row_cap is not None and not explain and not _capped(again, row_cap):
         raise refuse("the row cap would not apply to the outer query; write the statement in plain form")
@@ -390,8 +360,8 @@ _MAX_SHAPES = 4096
 # The exact text of a statement checked lately: an agent repeating one (a result-cache hit)
 # skips even the shape's tokenisation (~1 us instead of ~50).
 _MAX_EXACT = 1024
-_exact: dict[tuple[str, str, int | None], CheckedStatement] = {}
-_shapes: dict[tuple[str, str, int | None], _Template | None] = {}
+_exact: dict[tuple[str, ReadOnlyRules, int | None], CheckedStatement] = {}
+_shapes: dict[tuple[str, ReadOnlyRules, int | None], _Template | None] = {}
 _shapes_lock = threading.Lock()  # for writers; readers need none
 
 
@@ -457,12 +427,12 @@ def _shape_of(sql: str, dialect: str) -> tuple[str, list[str], str] | None:
     return "".join(pieces), values, "".join(kinds)
 
 
-def _check_by_shape(sql: str, protocol: str, row_cap: int | None) -> CheckedStatement | None:
+def _check_by_shape(sql: str, rules: ReadOnlyRules, row_cap: int | None) -> CheckedStatement | None:
     """The checked statement from its shape's template; None sends it to the full check."""
-    dialect = dialect_of(protocol)
+    dialect = rules.dialect
     if "\x00" in sql or _NONCE in sql or _MAYBE_EXPLAIN.search(sql):
         return None  # NUL is refused by the full check; EXPLAIN carries a prefix of its own
-    if dialect == "postgres" and sql.lstrip()[:4].upper() == "SHOW":
+    if rules.show_setting and sql.lstrip()[:4].upper() == "SHOW":
         return None
     try:
         shape = _shape_of(sql, dialect)
@@ -471,11 +441,11 @@ def _check_by_shape(sql: str, protocol: str, row_cap: int | None) -> CheckedStat
     if shape is None:
         return None
     masked, values, kinds = shape
-    key = (masked, protocol, row_cap)
+    key = (masked, rules, row_cap)
     template = _shapes.get(key, _shapes)  # _shapes itself marks "never seen"
     if template is _shapes:
-        checked = _check_cached(sql, protocol, row_cap)  # a refusal raises: nothing is learnt
-        template = _learn(masked, values, kinds, sql, protocol, row_cap, checked)
+        checked = _check_cached(sql, rules, row_cap)  # a refusal raises: nothing is learnt
+        template = _learn(masked, values, kinds, sql, rules, row_cap, checked)
         with _shapes_lock:
             if len(_shapes) >= _MAX_SHAPES:
                 del _shapes[next(iter(_shapes))]  # the oldest
@@ -491,10 +461,10 @@ def _sentinel(kind: str, index: int) -> str:
 
 
 def _learn(
-    masked: str, values: list[str], kinds: str, sql: str, protocol: str, row_cap: int | None, checked: CheckedStatement
+    masked: str, values: list[str], kinds: str, sql: str, rules: ReadOnlyRules, row_cap: int | None, checked: CheckedStatement
 ) -> _Template | None:
     """The shape's template from a sentinel run, or None when any of its proofs fails."""
-    dialect = dialect_of(protocol)
+    dialect = rules.dialect
     pieces = masked.split("\x00")
     sentinels = [_sentinel(kind, i) for i, kind in enumerate(kinds)]
     sentinel_sql = pieces[0] + "".join(
@@ -504,7 +474,7 @@ def _learn(
     if [t.token_type for t in _tokenize(sentinel_sql, dialect)] != types:
         return None
     try:
-        reference = _check_cached.__wrapped__(sentinel_sql, protocol, row_cap)
+        reference = _check_cached.__wrapped__(sentinel_sql, rules, row_cap)
     except Exception:  # noqa: BLE001 - refused or a sqlglot bug: this shape takes the full check
         return None
     text = reference.sql

@@ -4,12 +4,13 @@ resolve the target -> MCP query rules (block, answer, rewrite, lower the timeout
 TTL; rules.py) -> the read-only parser allowlist, which regenerates the text that runs
 (readonly.py) -> the query result cache (backends/result_cache: a hit answers here) -> the
 engine's read-only transaction with a server-side timeout, one statement per call, row and
-byte caps (execute.py) -> digest and rule-hit statistics (digest.py, rules.py); a result the
-cache should keep is stored on the way out. A refused statement never reaches the cache.
+byte caps (`target.engine.execute`, backends/engines) -> digest and rule-hit statistics
+(digest.py, rules.py); a result the cache should keep is stored on the way out. A refused
+statement never reaches the cache.
 
 run_sql_readonly, explain_sql and the sampling tools of /mcp/query call `run`; so must any
 other tool that runs SQL for a caller (profiling, llm.query, cache warm-up): there is no
-second path. `run` takes every step in one call (in a worker thread). A tool on the event
+second path. A caller describes its statement once, as a `Statement`. `run` takes every step in one call (in a worker thread). A tool on the event
 loop may split it: `prepare` and `answer_early` (a rule's OK_msg, or a cache hit) on the
 loop, and `execute` in a thread only when the database must answer, so a hit pays no thread
 hop (`inline_ok` says when that is worth it). The app builds one per worker (gateway.assembly).
@@ -27,7 +28,7 @@ from typing import Any
 import orjson
 
 from backends.digest import DigestRecorder, digest_of, normalize_text
-from backends.execute import ResultSet, execute_readonly, explain_prefix
+from backends.engines.base import ResultSet
 from backends.pools import TargetPools
 from backends.readonly import CheckedStatement, check_readonly, refuse
 from backends.result_cache import ResultCache
@@ -71,6 +72,20 @@ def _var(runtime: Runtime, declaration: Variable) -> Any:
     return declaration.parse(None)
 
 
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One caller's statement and what it asks for; `ReadOnlySql.run` / `prepare` take it."""
+
+    sql: str
+    target_id: str | None  # None: the default target
+    schema: str | None = None  # None: the target's default
+    max_rows: int | None = None  # None: the target's max_rows (never above it)
+    timeout_ms: int | None = None  # None: the target's timeout_ms (never above it, nor past the call's deadline)
+    tool_name: str | None = None  # what query rules match and digests record; None: the calling tool
+    explain: str | None = None  # None, "plan" or "analyze"
+    cache: str = "use"  # use | bypass | refresh (CACHE_MODES)
+
+
 @dataclass
 class Prepared:
     """A statement past the rules and the read-only check (or one a rule's OK_msg answers)."""
@@ -107,20 +122,8 @@ class ReadOnlySql:
         self.rule_hits = RuleHits()
         self._rules: tuple[Any, RuleSet] = ((), RuleSet([]))
 
-    def run(
-        self,
-        ctx: CallContext,
-        *,
-        sql: str,
-        target_id: str | None,
-        schema: str | None,
-        max_rows: int | None,
-        timeout_ms: int | None,
-        tool_name: str | None = None,
-        explain: str | None = None,  # None, "plan" or "analyze"
-        cache: str = "use",  # use | bypass | refresh (CACHE_MODES)
-    ) -> dict[str, Any]:
-        """Run `sql` and answer the SqlResult shape of /mcp/query: target_id, columns, rows,
+    def run(self, ctx: CallContext, statement: Statement) -> dict[str, Any]:
+        """Run the statement and answer the SqlResult shape of /mcp/query: target_id, columns, rows,
         row_count, truncated, truncated_reason, message (a rule's OK_msg), stats.
 
         `tool_name` is what query rules match and digests record (default: the calling tool);
@@ -128,10 +131,7 @@ class ReadOnlySql:
         `cache`: use the result cache when the target or a rule gives the statement a TTL; bypass
         it; or refresh it (run, then store). stats.cache says what happened."""
         try:
-            prepared = self.prepare(
-                ctx, sql=sql, target_id=target_id, schema=schema, max_rows=max_rows, timeout_ms=timeout_ms,
-                tool_name=tool_name, explain=explain, cache=cache,
-            )  # fmt: skip
+            prepared = self.prepare(ctx, statement)
             return self.answer_early(prepared) or self.execute(prepared)
         finally:
             self.flush_due()
@@ -148,26 +148,15 @@ class ReadOnlySql:
             return False  # the thread path answers with the error
         return target.cache_ttl_ms > 0 or self._ruleset(runtime).caches
 
-    def prepare(
-        self,
-        ctx: CallContext,
-        *,
-        sql: str,
-        target_id: str | None,
-        schema: str | None,
-        max_rows: int | None,
-        timeout_ms: int | None,
-        tool_name: str | None = None,
-        explain: str | None = None,
-        cache: str = "use",
-    ) -> Prepared:
+    def prepare(self, ctx: CallContext, statement: Statement) -> Prepared:
         """Resolve the target, apply the rules, check the statement: raises what refuses it."""
+        sql, schema, explain, cache = statement.sql, statement.schema, statement.explain, statement.cache
         if cache not in CACHE_MODES:
             raise InvalidArgument(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
-        tool_name = tool_name or ctx.tool_name
+        tool_name = statement.tool_name or ctx.tool_name
         started = time.perf_counter()
-        target = self.targets.resolve(target_id)
-        rows_cap = min(max_rows or target.max_rows, target.max_rows)
+        target = self.targets.resolve(statement.target_id)
+        rows_cap = min(statement.max_rows or target.max_rows, target.max_rows)
         max_bytes = int(_var(ctx.runtime, MAX_RESPONSE_BYTES))
         outcome = self._ruleset(ctx.runtime).evaluate(
             sql=sql,
@@ -189,7 +178,7 @@ class ReadOnlySql:
         if outcome.error_msg is not None:
             self._refused(ctx, tool_name, sql)
             raise InvalidArgument(outcome.error_msg, details={"rule_id": outcome.error_rule})
-        timeout = min(timeout_ms or target.timeout_ms, target.timeout_ms, outcome.timeout_ms or target.timeout_ms)
+        timeout = min(statement.timeout_ms or target.timeout_ms, target.timeout_ms, outcome.timeout_ms or target.timeout_ms)
         timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
         stats: dict[str, Any] = {"max_rows": rows_cap, "max_bytes": max_bytes, "timeout_ms": timeout, "rules": outcome.matched}
         prepared = Prepared(tool_name=tool_name, target=target, schema=schema, started=started, stats=stats, explain=explain)
@@ -197,7 +186,7 @@ class ReadOnlySql:
             prepared.message = outcome.ok_msg
             return prepared
         try:
-            prepared.checked = checked = check_readonly(outcome.sql, target.protocol, row_cap=None if explain else rows_cap + 1)
+            prepared.checked = checked = check_readonly(outcome.sql, target.engine, row_cap=None if explain else rows_cap + 1)
         except InvalidArgument:
             self._refused(ctx, tool_name, sql)
             raise
@@ -242,11 +231,12 @@ class ReadOnlySql:
         assert checked is not None, "a prepared statement without a checked text is answered early"
         stats = prepared.stats
         with self.targets.connection(target.target_id) as (target, conn):
-            text = explain_prefix(target.protocol, conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
+            engine = target.engine
+            text = engine.explain_prefix(conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
             db_started = time.perf_counter()
             try:
-                result = execute_readonly(
-                    target.protocol, conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+                result = engine.execute(
+                    conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
                     max_bytes=stats["max_bytes"], schema=prepared.schema,
                 )  # fmt: skip
             finally:

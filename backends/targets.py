@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backends.engines import ENGINES, PROTOCOLS, engine_for
+from backends.engines.base import Engine
 from gateway.errors import InvalidArgument
 from gateway.runtime import Runtime
 from gateway.variables import Variable
 
-PROTOCOLS = ("mysql", "pgsql", "sqlite")
-DEFAULT_PORTS = {"mysql": 3306, "pgsql": 5432, "sqlite": 0}
 MAX_CACHE_TTL_MS = 30 * 24 * 3600 * 1000  # 30 days
 # libpq's vocabulary, also mapped onto pymysql's ssl options.
 SSL_MODES = ("", "disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -68,7 +68,7 @@ class Target:
     """One effective target, with its secret resolved. Never serialise it whole."""
 
     target_id: str
-    protocol: str  # mysql | pgsql | sqlite
+    protocol: str  # a name of backends.engines.ENGINES: mysql | pgsql | sqlite
     host: str
     port: int
     database: str  # database name; the file path for sqlite
@@ -84,6 +84,11 @@ class Target:
     ssl_mode: str
     allow_explain_analyze: bool = False  # explain_sql analyze=true: runs the statement (read-only, timed)
     cache_ttl_ms: int = 0  # results served from the result cache this long; 0: not cached (rules may say otherwise)
+    # Chosen once from the protocol (as httpx chooses a transport); everything engine-specific goes through it.
+    engine: Engine = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", engine_for(self.protocol))
 
     @property
     def capabilities(self) -> list[str]:
@@ -191,22 +196,16 @@ def skip_reason(target: Mapping[str, Any], auth_profiles: Mapping[str, Mapping[s
     if not target.get("active"):
         return "inactive"
     protocol = _text(target, "protocol")
-    if protocol not in PROTOCOLS:
-        return f"bad protocol {protocol!r} (expected mysql, pgsql or sqlite)"
+    engine = ENGINES.get(protocol)
+    if engine is None:
+        return f"bad protocol {protocol!r} (expected {', '.join(PROTOCOLS[:-1])} or {PROTOCOLS[-1]})"
     auth_id = _text(target, "auth_profile_id")
     auth = auth_profiles.get(auth_id)
-    if auth is None and (auth_id or protocol != "sqlite"):
+    if auth is None and (auth_id or engine.needs_auth_profile):
         return "auth_profile_id not found" if not auth_id else f"auth_profile_id {auth_id!r} not found"
-    if protocol == "sqlite":
-        path = _text(target, "database")
-        if not path:
-            return "sqlite path is empty"
-        if not os.path.isfile(path):
-            return "sqlite file missing"
-        if not os.access(path, os.R_OK):
-            return "sqlite file not readable"
-    elif not _text(target, "host"):
-        return "host is empty"
+    problem = engine.config_problem(target)
+    if problem:
+        return problem
     if auth is not None:
         try:
             resolve_secret(_text(auth, "db_password"))
@@ -242,7 +241,7 @@ def _target(row: Mapping[str, Any], auth: Mapping[str, Any], password: str) -> T
         target_id=row["target_id"],
         protocol=protocol,
         host=_text(row, "host"),
-        port=int(row.get("port") or DEFAULT_PORTS[protocol]),
+        port=int(row.get("port") or engine_for(protocol).default_port),
         database=_text(row, "database"),
         username=_text(auth, "db_username"),
         password=password,
@@ -263,10 +262,7 @@ def default_schema(target: Target, schema: str | None) -> str:
     """The schema a call runs in: the one given, else the target's default for its engine."""
     if schema:
         return schema
-    if target.protocol == "sqlite":
-        return "main"
-    if target.protocol == "pgsql":
-        return target.default_schema or "public"
-    if target.database or target.default_schema:
-        return target.database or target.default_schema
+    found = target.engine.default_schema(target)
+    if found:
+        return found
     raise InvalidArgument(f"schema is required: target {target.target_id} has no default database")

@@ -31,10 +31,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-import psycopg  # noqa: E402
 from report import emit  # noqa: E402
 
-from backends.connect import connect_mysql, connect_sqlite, pg_kwargs  # noqa: E402
 from backends.pools import TargetPools  # noqa: E402
 from gateway.tools import CallContext  # noqa: E402
 from handlers.query import QueryHandler  # noqa: E402
@@ -56,12 +54,7 @@ def select_one(conn: Any) -> None:
 
 
 def connect_once(target: Any) -> None:
-    if target.protocol == "mysql":
-        conn = connect_mysql(target, connect_timeout_s=5, io_timeout_s=30)
-    elif target.protocol == "pgsql":
-        conn = psycopg.connect(**pg_kwargs(target, connect_timeout_s=5))
-    else:
-        conn = connect_sqlite(target, timeout_s=5)
+    conn = target.engine.connect(target, timeout_s=5, io_timeout_s=30)
     select_one(conn)
     conn.close()
 

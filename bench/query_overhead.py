@@ -56,12 +56,14 @@ import pymysql  # noqa: E402
 from lean_client import Endpoint, run_http, run_threads, summary, tool_call  # noqa: E402
 from report import emit  # noqa: E402
 
+from backends.engines import engine_for  # noqa: E402
 from backends.readonly import check_readonly  # noqa: E402
 from backends.rules import RuleHits  # noqa: E402
 from gateway.tools import CallContext  # noqa: E402
 
 MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
 POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+PGSQL = engine_for("pgsql")  # the engine the parser micro-measurement checks for
 ROWS = 10_000
 POOL_MAX = 16
 
@@ -233,7 +235,7 @@ def micro(tmp: Path, repeats: int = 2000) -> dict[str, float]:
 
     started = time.perf_counter()
     for _ in range(repeats):
-        check_readonly(point_sql(), "pgsql", row_cap=201)
+        check_readonly(point_sql(), PGSQL, row_cap=201)
     parser_us = (time.perf_counter() - started) / repeats * 1e6
     store = make_store(tmp / "micro")
     conn = store.conn()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from backends import readonly
 from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
+from backends.engines.postgresql import CLUSTER_DATABASE
 from backends.pools import TargetPools
 from backends.result_cache import ResultCache
 from backends.result_cache.embedded import EmbeddedStore
@@ -56,7 +57,9 @@ def data_files() -> list[DataFiles]:
 def open_store(data_dir: Path) -> ConfigStore:
     """The config store of a data directory, with every declared variable and admin table (and
     attached to the cluster its runtime names, if any: gateway/cluster.py)."""
-    store = ConfigStore(Path(data_dir), variables=declared_variables(), modules=config_modules())
+    store = ConfigStore(
+        Path(data_dir), variables=declared_variables(), modules=config_modules(), cluster_database=CLUSTER_DATABASE
+    )
     store.attach_cluster_from_runtime()
     return store
 

@@ -16,6 +16,9 @@ second anyway (the fallback when a notification is lost, e.g. across a PostgreSQ
 copies a newer module into its instance's config.db, whose runtime version the workers already
 poll. Variables declared `local` (port, bind address, certificates, the DSN itself) are never
 published: each instance keeps its own.
+
+The PostgreSQL driver is not imported here (gateway/ is the bottom layer): the link takes a
+`ClusterDatabase`, which the app assembly provides (backends/engines/postgresql.py).
 """
 
 from __future__ import annotations
@@ -27,12 +30,10 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
-
-import psycopg
-from psycopg.types.json import Jsonb
+from typing import Any, Protocol
 
 from gateway import sqlite
 from gateway.errors import Unavailable
@@ -49,6 +50,36 @@ STATUS_STATEMENT_TIMEOUT_MS = 2000
 JOIN_LOCK_KEY = 0x6D63_7067_6A6F_696E  # pg_advisory_lock key serialising instances joining the cluster
 
 Rows = dict[str, list[dict[str, Any]]]
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Sequence[Any] | None: ...
+    def fetchall(self) -> list[Sequence[Any]]: ...
+
+
+class ClusterConnection(Protocol):
+    """The part of a PostgreSQL connection the cluster uses (psycopg's Connection has it)."""
+
+    def execute(self, query: str, params: Sequence[Any] | None = None) -> Cursor: ...
+    def transaction(self) -> AbstractContextManager[Any]: ...
+    def notifies(self, *, timeout: float | None = None, stop_after: int | None = None) -> Iterable[Any]: ...
+
+
+class ClusterDatabase(Protocol):
+    """The PostgreSQL driver the cluster runs on, provided by the app assembly."""
+
+    errors: tuple[type[Exception], ...]  # anything the driver raises
+    unreachable: tuple[type[Exception], ...]  # the server cannot be reached (or the link broke)
+
+    def connect(
+        self, dsn: str, *, autocommit: bool, connect_timeout: int, application_name: str, options: str | None = None
+    ) -> AbstractContextManager[ClusterConnection]:
+        """A new connection (closed when the context ends)."""
+        ...
+
+    def json(self, value: Any) -> Any:
+        """`value` as a parameter stored in a jsonb column."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -85,27 +116,28 @@ class Contact:
 class ClusterLink:
     """Short-lived connections for the rare writes and reads; PostgreSQL errors become UNAVAILABLE."""
 
-    def __init__(self, dsn: str, member_id: str) -> None:
+    def __init__(self, dsn: str, member_id: str, database: ClusterDatabase) -> None:
         self.dsn = dsn
         self.member_id = member_id
+        self.database = database
         self._schema_ready = False
         self.contact = Contact()
 
     @contextlib.contextmanager
-    def connect(self, *, autocommit: bool = False, bounded: bool = False) -> Iterator[psycopg.Connection]:
+    def connect(self, *, autocommit: bool = False, bounded: bool = False) -> Iterator[ClusterConnection]:
         """`bounded`: a read that must answer soon (get_status): a shorter connect timeout, and a
         statement timeout."""
-        extra = {"options": f"-c statement_timeout={STATUS_STATEMENT_TIMEOUT_MS}"} if bounded else {}
+        options = f"-c statement_timeout={STATUS_STATEMENT_TIMEOUT_MS}" if bounded else None
         timeout = STATUS_CONNECT_TIMEOUT_S if bounded else CONNECT_TIMEOUT_S
         try:
-            with psycopg.connect(
-                self.dsn, autocommit=autocommit, connect_timeout=timeout, application_name="mcp-gateway", **extra
+            with self.database.connect(
+                self.dsn, autocommit=autocommit, connect_timeout=timeout, application_name="mcp-gateway", options=options
             ) as conn:
                 if not self._schema_ready:
                     ensure_schema(conn)
                     self._schema_ready = True
                 yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except self.database.unreachable as exc:
             # The driver's text may name the host and user; the DSN's password never reaches it.
             raise Unavailable(f"the cluster database is unreachable ({type(exc).__name__})") from exc
 
@@ -117,19 +149,21 @@ class ClusterLink:
             try:
                 yield
             finally:
-                with contextlib.suppress(psycopg.Error):
+                with contextlib.suppress(*self.database.errors):
                     conn.execute("SELECT pg_advisory_unlock(%s)", (JOIN_LOCK_KEY,))
 
     def publish(self, module: str, memory: Rows, runtime: Rows) -> int:
         """Store a module's rows as its next version and announce it; returns the version."""
         with self.connect() as conn, conn.transaction():
-            version = conn.execute(
+            inserted = conn.execute(
                 "INSERT INTO mcp_cluster_runtime (module, version, memory_rows, runtime_rows, loaded_by) "
                 "VALUES (%s, 1, %s, %s, %s) ON CONFLICT (module) DO UPDATE SET version = mcp_cluster_runtime.version + 1, "
                 "memory_rows = excluded.memory_rows, runtime_rows = excluded.runtime_rows, "
                 "loaded_at = now(), loaded_by = excluded.loaded_by RETURNING version",
-                (module, Jsonb(memory), Jsonb(runtime), self.member_id),
-            ).fetchone()[0]
+                (module, self.database.json(memory), self.database.json(runtime), self.member_id),
+            ).fetchone()
+            assert inserted is not None  # INSERT ... RETURNING always returns the row
+            version = inserted[0]
             conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps({"module": module, "version": version})))
         return int(version)
 
@@ -146,7 +180,7 @@ class ClusterLink:
             conn.execute(
                 "INSERT INTO mcp_cluster_disk (module, disk_rows, saved_by) VALUES (%s, %s, %s) "
                 "ON CONFLICT (module) DO UPDATE SET disk_rows = excluded.disk_rows, saved_at = now(), saved_by = excluded.saved_by",
-                (module, Jsonb(rows), self.member_id),
+                (module, self.database.json(rows), self.member_id),
             )
 
     def load_disk(self, module: str) -> Rows | None:
@@ -164,7 +198,7 @@ class ClusterLink:
                     "SELECT member_id, host, port, pid, versions, extract(epoch FROM now() - last_seen)::float8, "
                     "extract(epoch FROM started_at)::float8 FROM mcp_cluster_members ORDER BY member_id"
                 ).fetchall()
-        except psycopg.Error as exc:  # a statement timeout, a shutdown in progress: the same answer
+        except self.database.errors as exc:  # a statement timeout, a shutdown in progress: the same answer
             raise Unavailable(f"the cluster database did not answer ({type(exc).__name__})") from exc
         self.contact.reached(versions)
         shown = []
@@ -207,7 +241,7 @@ class ClusterLink:
         }
 
 
-def ensure_schema(conn: psycopg.Connection) -> None:
+def ensure_schema(conn: ClusterConnection) -> None:
     ddl = sqlite.schema_section("cluster_postgres")
     with conn.transaction():
         # CREATE TABLE IF NOT EXISTS races with itself on a fresh database; serialise the instances.
@@ -215,11 +249,11 @@ def ensure_schema(conn: psycopg.Connection) -> None:
         conn.execute(ddl)
 
 
-def module_versions(conn: psycopg.Connection) -> dict[str, int]:
+def module_versions(conn: ClusterConnection) -> dict[str, int]:
     return {m: int(v) for m, v in conn.execute("SELECT module, version FROM mcp_cluster_runtime").fetchall()}
 
 
-def fetch_module(conn: psycopg.Connection, module: str) -> ClusterModule | None:
+def fetch_module(conn: ClusterConnection, module: str) -> ClusterModule | None:
     row = conn.execute(
         "SELECT version, memory_rows, runtime_rows FROM mcp_cluster_runtime WHERE module = %s", (module,)
     ).fetchone()
@@ -273,7 +307,7 @@ class ClusterFollower:
                 backoff = min(backoff * 2, 2.0)
 
     def _follow(self) -> None:
-        with psycopg.connect(
+        with self.link.database.connect(
             self.link.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="mcp-gateway-follower"
         ) as conn:
             ensure_schema(conn)
@@ -293,7 +327,7 @@ class ClusterFollower:
                     self._heartbeat(conn)
                     last_heartbeat = time.monotonic()
 
-    def _catch_up(self, conn: psycopg.Connection) -> None:
+    def _catch_up(self, conn: ClusterConnection) -> None:
         served = self.applied()
         published = module_versions(conn)
         for module, version in published.items():
@@ -303,10 +337,10 @@ class ClusterFollower:
                     log.info("cluster: %s version %s applied", module, fetched.version)
         self.link.contact.reached(published)
 
-    def _heartbeat(self, conn: psycopg.Connection) -> None:
+    def _heartbeat(self, conn: ClusterConnection) -> None:
         conn.execute(
             "INSERT INTO mcp_cluster_members (member_id, host, port, pid, versions, started_at, last_seen) "
             "VALUES (%s, %s, %s, %s, %s, now(), now()) ON CONFLICT (member_id) DO UPDATE SET host = excluded.host, "
             "port = excluded.port, pid = excluded.pid, versions = excluded.versions, last_seen = now()",
-            (self.link.member_id, socket.gethostname(), self.port, os.getpid(), Jsonb(self.applied())),
+            (self.link.member_id, socket.gethostname(), self.port, os.getpid(), self.link.database.json(self.applied())),
         )

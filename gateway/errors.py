@@ -2,6 +2,7 @@
 
     GatewayError                 (code INTERNAL)
      +-- InvalidArgument         INVALID_ARGUMENT   bad input from the caller
+     |    +-- BadValue           INVALID_ARGUMENT   a database refused a value the caller sent (NUL, a charset it cannot hold)
      +-- LimitExceeded           LIMIT_EXCEEDED     a cap refused the request outright
      +-- NotFound                NOT_FOUND          a named thing does not exist
      +-- Unauthorized            UNAUTHORIZED       missing or wrong credentials
@@ -39,6 +40,11 @@ class GatewayError(Exception):
 
 class InvalidArgument(GatewayError):
     code = "INVALID_ARGUMENT"
+
+
+class BadValue(InvalidArgument):
+    """A database refused a value the caller sent (a NUL byte for PostgreSQL, a character
+    MariaDB's catalog cannot hold): what an engine's `translate` says of such a driver error."""
 
 
 class LimitExceeded(GatewayError):

@@ -34,8 +34,8 @@ from typing import Any
 import apsw
 
 from gateway import cluster_layers, sqlite
-from gateway.cluster import ClusterLink, ClusterModule, member_id
-from gateway.errors import ConfigError, NotFound
+from gateway.cluster import ClusterDatabase, ClusterLink, ClusterModule, member_id
+from gateway.errors import ConfigError, NotFound, Unavailable
 from gateway.runtime import Runtime, build_runtime
 from gateway.variables import Variable
 
@@ -88,7 +88,14 @@ VARIABLES_MODULE = ConfigModule("MCP VARIABLES", ("global_variables",), _build_v
 class ConfigStore:
     """One per process; connections are per thread (apsw connections are not shared)."""
 
-    def __init__(self, data_dir: Path, *, variables: Mapping[str, Variable], modules: list[ConfigModule]) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        variables: Mapping[str, Variable],
+        modules: list[ConfigModule],
+        cluster_database: ClusterDatabase | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.config_path = self.data_dir / "config.db"
         self.disk_path = self.data_dir / "disk.db"
@@ -96,10 +103,13 @@ class ConfigStore:
         self.modules = {m.name: m for m in [VARIABLES_MODULE, *modules]}
         self._local = threading.local()
         self.cluster: ClusterLink | None = None
+        self.cluster_database = cluster_database  # the PostgreSQL driver a cluster runs on (gateway.assembly)
 
     def attach_cluster(self, dsn: str, member_id: str) -> None:
         """Share the disk layer and every LOAD with the cluster in `dsn` ("" detaches)."""
-        self.cluster = ClusterLink(dsn, member_id) if dsn else None
+        if dsn and self.cluster_database is None:
+            raise Unavailable("this config store has no cluster database driver (open it with gateway.assembly.open_store)")
+        self.cluster = ClusterLink(dsn, member_id, self.cluster_database) if dsn and self.cluster_database else None
 
     def attach_cluster_from_runtime(self) -> None:
         """Workers and the CLI: join the cluster this instance's runtime names (startup joined it)."""

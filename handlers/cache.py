@@ -26,7 +26,7 @@ from backends.result_cache.store import (
     REASONS,
     StoreUnavailable,
 )
-from backends.sql import ReadOnlySql
+from backends.sql import ReadOnlySql, Statement
 from backends.targets import MAX_CACHE_TTL_MS
 from gateway import audit, sqlite
 from gateway.errors import GatewayError, InvalidArgument, NotFound, Unavailable
@@ -315,8 +315,10 @@ class CacheTools:
         for text in args.queries:
             ctx.check_deadline()
             try:  # as run_sql_readonly with default arguments: the same rules, the same cache key
-                prepared = sql_path.prepare(ctx, sql=text, target_id=target_id, schema=args.schema_, max_rows=None,
-                                            timeout_ms=None, tool_name="run_sql_readonly", cache="refresh")  # fmt: skip
+                statement = Statement(
+                    sql=text, target_id=target_id, schema=args.schema_, tool_name="run_sql_readonly", cache="refresh"
+                )
+                prepared = sql_path.prepare(ctx, statement)
             except GatewayError as exc:
                 results.append(WarmResult(sql=text, status="refused", error={"code": exc.code, "message": exc.message}))
                 continue

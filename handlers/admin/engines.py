@@ -28,7 +28,8 @@ import psycopg
 import pymysql
 from psycopg import sql
 
-from backends.connect import connect_mysql, pg_kwargs
+from backends.engines.mysql import connect_session as connect_mysql
+from backends.engines.postgresql import connect_kwargs as pg_kwargs
 from backends.targets import Target
 from gateway.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 

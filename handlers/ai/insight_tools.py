@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from backends.execute import plan_of
+from backends.sql import Statement
 from gateway import sqlite
 from gateway.errors import GatewayError, Unavailable
 from gateway.evidence import EvidenceRecorder
@@ -299,13 +299,11 @@ class InsightTools:
                 if not target.allow_explain:
                     notes.append(f"digest {digest['digest']}: target {target.target_id} does not allow EXPLAIN")
                     continue
-                plan = plan_of(
-                    target.protocol,
-                    sql_path.run(
-                        ctx, sql=sample["sql_text"], target_id=target.target_id, schema=sample["schema_name"] or None,
-                        max_rows=None, timeout_ms=None, tool_name="recommendation.get", explain="plan",
-                    ),
+                statement = Statement(
+                    sql=sample["sql_text"], target_id=target.target_id, schema=sample["schema_name"] or None,
+                    tool_name="recommendation.get", explain="plan",
                 )  # fmt: skip
+                plan = target.engine.plan_of(sql_path.run(ctx, statement))
             except GatewayError as exc:
                 notes.append(f"digest {digest['digest']}: EXPLAIN failed ({exc.code}: {exc.message})")
                 continue

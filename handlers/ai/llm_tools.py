@@ -10,15 +10,15 @@ and plans — never a connection detail, a password, an API key or a token.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from pydantic import Field, model_validator
 from sqlglot import exp
 
-from backends.execute import plan_of
-from backends.readonly import dialect_of, table_ref
-from backends.sql import ReadOnlySql
+from backends.readonly import table_ref
+from backends.sql import ReadOnlySql, Statement
 from backends.targets import default_schema
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, LimitExceeded, Unavailable
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
@@ -177,9 +177,15 @@ class LlmTools:
             else:
                 try:
                     out = sql_path.run(
-                        ctx, sql=sql, target_id=target.target_id, schema=args.schema_, max_rows=args.max_rows,
-                        timeout_ms=None, tool_name="llm.query",
-                    )  # fmt: skip
+                        ctx,
+                        Statement(
+                            sql=sql,
+                            target_id=target.target_id,
+                            schema=args.schema_,
+                            max_rows=args.max_rows,
+                            tool_name="llm.query",
+                        ),
+                    )
                     break
                 except (Unavailable, LimitExceeded):
                     raise  # the target is down or a cap refused: a new statement would not help
@@ -223,12 +229,12 @@ class LlmTools:
         sql_path = self._sql()
         target = sql_path.targets.resolve(args.target_id)
         sql = args.sql or self._profile_sql(target, args.schema_, args.table or "")
-        run = dict(ctx=ctx, sql=sql, target_id=target.target_id, schema=args.schema_, timeout_ms=None, tool_name="llm.analyze")
-        out = sql_path.run(**run, max_rows=50)  # type: ignore[arg-type]
+        statement = Statement(sql=sql, target_id=target.target_id, schema=args.schema_, tool_name="llm.analyze")
+        out = sql_path.run(ctx, dataclasses.replace(statement, max_rows=50))
         plan = None
         if args.sql and target.allow_explain and out["message"] is None:
             try:
-                plan = plan_of(target.protocol, sql_path.run(**run, max_rows=None, explain="plan"))  # type: ignore[arg-type]
+                plan = target.engine.plan_of(sql_path.run(ctx, dataclasses.replace(statement, explain="plan")))
             except InvalidArgument:
                 plan = None  # SHOW and DESCRIBE have no plan
         budget = ctx.runtime.var("ai-prompt_max_chars")
@@ -256,7 +262,7 @@ class LlmTools:
     def _profile_sql(self, target: Any, schema: str | None, table: str) -> str:
         """One aggregate statement over the table, built as a tree from quoted identifiers."""
         columns = column_names(self._sql().targets, target, default_schema(target, schema), table)
-        dialect = dialect_of(target.protocol)
+        dialect = target.engine.dialect
         select: list[exp.Expression] = [exp.alias_(exp.Count(this=exp.Star()), "row_count", quoted=True)]
         for column in columns[:PROFILE_MAX_COLUMNS]:
             ref = exp.column(exp.to_identifier(column["name"], quoted=True))

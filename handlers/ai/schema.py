@@ -13,8 +13,6 @@ import logging
 import re
 from typing import Any
 
-from backends.dialects import catalog_for
-from backends.driver_errors import DRIVER_ERRORS, is_timeout
 from backends.pools import TargetPools
 from backends.targets import Target, default_schema
 from gateway.call import CallContext
@@ -44,7 +42,7 @@ def schema_tables(
     name = default_schema(target, schema)
     with pools.connection(target.target_id) as (target, conn):
         try:
-            catalog = catalog_for(target.protocol, conn)
+            catalog = target.engine.catalog(conn)
             if not catalog.schema_exists(name):
                 raise NotFound(f"schema {name!r} not found on target {target.target_id}")
             listed = catalog.tables(name, "", MAX_LISTED, None)
@@ -61,8 +59,8 @@ def schema_tables(
                     break
         except GatewayError:
             raise
-        except DRIVER_ERRORS as exc:
-            if is_timeout(exc):
+        except target.engine.errors as exc:
+            if isinstance(target.engine.translate(exc), DeadlineExceeded):
                 raise DeadlineExceeded(f"reading the schema of target {target.target_id} timed out") from exc
             log.warning("reading the schema of target %s failed: %s", target.target_id, type(exc).__name__)
             raise GatewayError(f"reading the schema of target {target.target_id} failed ({type(exc).__name__})") from exc
@@ -73,12 +71,12 @@ def column_names(pools: TargetPools, target: Target, schema: str, table: str) ->
     """The columns of one table (name, type, ...) for profiling; NOT_FOUND when it does not exist."""
     with pools.connection(target.target_id) as (target, conn):
         try:
-            catalog = catalog_for(target.protocol, conn)
+            catalog = target.engine.catalog(conn)
             if catalog.table_kind(schema, table) is None:
                 raise NotFound(f"table {schema}.{table} not found on target {target.target_id}")
             return catalog.columns(schema, table)
         except GatewayError:
             raise
-        except DRIVER_ERRORS as exc:
+        except target.engine.errors as exc:
             log.warning("describing %s on target %s failed: %s", table, target.target_id, type(exc).__name__)
             raise GatewayError(f"describing table {table} on target {target.target_id} failed ({type(exc).__name__})") from exc

@@ -175,9 +175,9 @@ class AgentMemoryTools:
         self.pools = pools
 
     def _check_sql(self, target_id: str, sql: str, what: str) -> None:
-        protocol = self.pools.resolve(target_id).protocol
+        engine = self.pools.resolve(target_id).engine
         try:
-            check_readonly(sql, protocol)
+            check_readonly(sql, engine)
         except InvalidArgument as exc:
             raise InvalidArgument(f"{what} is not stored: {exc.message}") from None
 

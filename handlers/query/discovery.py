@@ -20,11 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from backends.dialects import catalog_for
-from backends.driver_errors import DRIVER_ERRORS, is_bad_value, is_timeout
-from backends.pools import TargetPools, connection_broken
+from backends.pools import TargetPools
 from backends.targets import Target, default_schema
-from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
+from gateway.errors import BadValue, DeadlineExceeded, GatewayError, InvalidArgument
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.query.lookup import require_schema, require_table
 from handlers.query.variables import SUMMARY_THRESHOLD, variable
@@ -248,15 +246,16 @@ class CatalogReaders:
             raise InvalidArgument(f"discovery is disabled for target {target.target_id} (allow_discovery=0)")
         with self.pools.connection(target.target_id) as (target, conn):
             try:
-                yield target, catalog_for(target.protocol, conn)
+                yield target, target.engine.catalog(conn)
             except GatewayError:
                 raise
-            except DRIVER_ERRORS as exc:
-                if connection_broken(conn):
+            except target.engine.errors as exc:
+                if target.engine.broken(conn):
                     raise  # the pool turns a lost connection into UNAVAILABLE
-                if is_timeout(exc):
+                failure = target.engine.translate(exc)
+                if isinstance(failure, DeadlineExceeded):
                     raise DeadlineExceeded(f"{tool_name} exceeded the timeout_ms of target {target.target_id}") from exc
-                if is_bad_value(exc):
+                if isinstance(failure, BadValue):
                     raise InvalidArgument(
                         f"{tool_name}: target {target.target_id} cannot look up a name with these characters (NUL, or outside its catalog's character set)"
                     ) from exc

@@ -15,8 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from backends.harvest import snapshot
-from backends.sql import ReadOnlySql
+from backends.sql import ReadOnlySql, Statement
 from backends.targets import default_schema
 from gateway.errors import DeadlineExceeded
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
@@ -119,13 +118,7 @@ class JoinTools:
             )
             try:
                 out = self.sql.run(
-                    ctx,
-                    tool_name=tool_name,
-                    sql=sql,
-                    target_id=target.target_id,
-                    schema=None,
-                    max_rows=None,
-                    timeout_ms=remaining_ms,
+                    ctx, Statement(sql=sql, target_id=target.target_id, timeout_ms=remaining_ms, tool_name=tool_name)
                 )
             except DeadlineExceeded:
                 return False
@@ -166,7 +159,7 @@ class JoinTools:
             if args.table_b:
                 require_table(catalog, target.target_id, schema, args.table_b)
             names = [args.table_a, args.table_b] if args.table_b else None
-            tables = snapshot(target.protocol, catalog.conn, schema, names)
+            tables = target.engine.snapshot(catalog.conn, schema, names)
         a = tables[args.table_a]
         others = [tables[args.table_b]] if args.table_b else [t for t in tables.values() if t["type"] == "table"]
         involved = {args.table_a, *([args.table_b] if args.table_b else [])}
@@ -203,7 +196,7 @@ class JoinTools:
         with self.readers.open(args.target_id, "find_reference_candidates") as (target, catalog):
             schema = default_schema(target, args.schema_)
             require_table(catalog, target.target_id, schema, args.table)
-            tables = snapshot(target.protocol, catalog.conn, schema)
+            tables = target.engine.snapshot(catalog.conn, schema)
         child = tables[args.table]
         require_column(child["columns"], target.target_id, schema, args.table, args.column)
         declared = [

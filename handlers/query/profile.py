@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from backends.sql import ReadOnlySql
-from backends.table_facts import facts, rowid_table
+from backends.sql import ReadOnlySql, Statement
 from backends.targets import default_schema
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.query.discovery import CatalogReaders
@@ -154,8 +153,8 @@ class ProfileTools:
             kind = require_table(catalog, target.target_id, schema, args.table)
             raw = catalog.columns(schema, args.table)
             constraints = catalog.constraints(schema, args.table) if kind == "table" else {}
-            known = facts(target.protocol, catalog.conn, schema, args.table)
-            has_rowid = target.protocol == "sqlite" and rowid_table(catalog.conn, schema, args.table)
+            known = target.engine.table_facts(catalog.conn, schema, args.table)
+            has_rowid = target.engine.has_rowid(catalog.conn, schema, args.table)
         columns = [ColumnSpec(c["name"], c["type"] or "", type_family(c["type"] or "", target.protocol)) for c in raw]
         shape = TableShape(
             protocol=target.protocol,
@@ -179,7 +178,7 @@ class ProfileTools:
     def _profiler(self, ctx: CallContext, target: Any, shape: TableShape, tool_name: str) -> Profiler:
         def run(sql: str, timeout_ms: int) -> dict[str, Any]:
             return self.sql.run(
-                ctx, tool_name=tool_name, sql=sql, target_id=target.target_id, schema=None, max_rows=None, timeout_ms=timeout_ms
+                ctx, Statement(sql=sql, target_id=target.target_id, timeout_ms=timeout_ms, tool_name=tool_name)
             )
 
         budget_s = min(target.timeout_ms / 1000, max(0.0, ctx.remaining_s() - 0.05))

@@ -19,9 +19,8 @@ from typing import Any, Literal
 from pydantic import Field
 from sqlglot import exp
 
-from backends.execute import plan_of
-from backends.readonly import dialect_of, parse_fragment, table_ref
-from backends.sql import ReadOnlySql
+from backends.readonly import parse_fragment, table_ref
+from backends.sql import ReadOnlySql, Statement
 from backends.targets import Target
 from gateway.errors import InvalidArgument
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
@@ -160,19 +159,19 @@ class SqlTools:
     def _target(self, target_id: str | None) -> Target:
         return self.sql.targets.resolve(target_id)
 
-    def _run(self, ctx: CallContext, **statement: Any) -> dict[str, Any]:
-        return self.sql.run(ctx, **statement)
+    def _run(self, ctx: CallContext, statement: Statement) -> dict[str, Any]:
+        return self.sql.run(ctx, statement)
 
     async def _run_cached(
-        self, ctx: CallContext, *, target_id: str | None, size: int, cache: str, statement: Callable[[], dict[str, Any]]
+        self, ctx: CallContext, *, target_id: str | None, size: int, cache: str, statement: Callable[[], Statement]
     ) -> dict[str, Any]:
         """The one path, answered on the event loop when the result cache may have it (a hit
         then costs no thread hop); the database, and anything else, in a worker thread.
-        `statement()` builds the run() arguments; `size` is what the read-only check will parse."""
+        `statement()` builds the Statement; `size` is what the read-only check will parse."""
         sql = self.sql
         if not sql.inline_ok(ctx.runtime, target_id, size, cache):
-            return await self.in_thread(lambda: sql.run(ctx, **statement()))
-        prepared = sql.prepare(ctx, **statement())
+            return await self.in_thread(lambda: sql.run(ctx, statement()))
+        prepared = sql.prepare(ctx, statement())
         answer = sql.answer_early(prepared)
         if answer is not None:
             return answer
@@ -193,10 +192,10 @@ class SqlTools:
         result cache, a repeated statement is answered from it: stats.cache says hit (with
         cache_age_ms) or miss; cache="bypass" asks the database."""
         timeout_ms = int(args.timeout_sec * 1000) if args.timeout_sec else None
-        statement = {
-            "tool_name": "run_sql_readonly", "sql": args.sql, "target_id": args.target_id, "schema": args.schema_,
-            "max_rows": args.max_rows, "timeout_ms": timeout_ms, "cache": args.cache,
-        }  # fmt: skip
+        statement = Statement(
+            sql=args.sql, target_id=args.target_id, schema=args.schema_, max_rows=args.max_rows, timeout_ms=timeout_ms,
+            tool_name="run_sql_readonly", cache=args.cache,
+        )  # fmt: skip
         return SqlResult.model_validate(
             await self._run_cached(
                 ctx, target_id=args.target_id, size=len(args.sql), cache=args.cache, statement=lambda: statement
@@ -220,10 +219,10 @@ class SqlTools:
         if args.analyze and target.protocol == "sqlite":
             raise InvalidArgument("SQLite has no EXPLAIN ANALYZE")
         out = self._run(
-            ctx, tool_name="explain_sql", sql=args.sql, target_id=target.target_id, schema=args.schema_, max_rows=None, timeout_ms=None,
-            explain="analyze" if args.analyze else "plan",
+            ctx, Statement(sql=args.sql, target_id=target.target_id, schema=args.schema_, tool_name="explain_sql",
+                           explain="analyze" if args.analyze else "plan"),
         )  # fmt: skip
-        return ExplainResult.model_validate({**out, "analyze": args.analyze, "plan": plan_of(target.protocol, out)})
+        return ExplainResult.model_validate({**out, "analyze": args.analyze, "plan": target.engine.plan_of(out)})
 
     @tool("sample_rows", title="Sample rows of a table", read_only=True, idempotent=True)
     async def sample_rows(self, args: SampleRowsIn, ctx: CallContext) -> SqlResult:
@@ -233,8 +232,8 @@ class SqlTools:
         and order_by are SQL expressions, parsed and rebuilt (never pasted into SQL), and
         checked like run_sql_readonly. Same result shape, caps and result cache as run_sql_readonly."""
 
-        def statement() -> dict[str, Any]:
-            dialect = dialect_of(self._target(args.target_id).protocol)
+        def statement() -> Statement:
+            dialect = self._target(args.target_id).engine.dialect
             columns = [parse_fragment(c, "column", dialect) for c in args.columns] if args.columns else [exp.Star()]
             query = exp.Select(expressions=columns).from_(table_ref(args.table, args.schema_), copy=False)
             if args.where:
@@ -242,10 +241,13 @@ class SqlTools:
             if args.order_by:
                 query.set("order", exp.Order(expressions=parse_fragment(args.order_by, "order_by", dialect)))
             query.set("limit", exp.Limit(expression=exp.Literal.number(args.limit + 1)))  # one more: truncated
-            return {
-                "tool_name": "sample_rows", "sql": query.sql(dialect=dialect), "target_id": args.target_id, "schema": None,
-                "max_rows": args.limit, "timeout_ms": None, "cache": args.cache,
-            }  # fmt: skip
+            return Statement(
+                sql=query.sql(dialect=dialect),
+                target_id=args.target_id,
+                max_rows=args.limit,
+                tool_name="sample_rows",
+                cache=args.cache,
+            )
 
         size = len(args.table) + sum(map(len, args.columns or ())) + len(args.where or "") + len(args.order_by or "")
         return SqlResult.model_validate(
@@ -259,8 +261,8 @@ class SqlTools:
         Columns of the result: value, count. `where` filters rows first. Parsed, rebuilt and
         checked like sample_rows; at most `limit` values (truncated=true when there are more)."""
 
-        def statement() -> dict[str, Any]:
-            dialect = dialect_of(self._target(args.target_id).protocol)
+        def statement() -> Statement:
+            dialect = self._target(args.target_id).engine.dialect
             column = parse_fragment(args.column, "column", dialect)
             value, count = exp.to_identifier("value", quoted=True), exp.to_identifier("count", quoted=True)
             query = exp.Select(expressions=[exp.alias_(column, value), exp.alias_(exp.Count(this=exp.Star()), count)])
@@ -271,10 +273,13 @@ class SqlTools:
             order = [exp.Ordered(this=exp.column(count), desc=True), exp.Ordered(this=exp.column(value))]
             query.set("order", exp.Order(expressions=order))
             query.set("limit", exp.Limit(expression=exp.Literal.number(args.limit + 1)))  # one more: truncated
-            return {
-                "tool_name": "sample_distinct", "sql": query.sql(dialect=dialect), "target_id": args.target_id, "schema": None,
-                "max_rows": args.limit, "timeout_ms": None, "cache": args.cache,
-            }  # fmt: skip
+            return Statement(
+                sql=query.sql(dialect=dialect),
+                target_id=args.target_id,
+                max_rows=args.limit,
+                tool_name="sample_distinct",
+                cache=args.cache,
+            )
 
         size = len(args.table) + len(args.column) + len(args.where or "")
         return SqlResult.model_validate(

@@ -21,9 +21,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from backends.dialects import catalog_for
-from backends.driver_errors import DRIVER_ERRORS, is_timeout
-from backends.pools import TargetPools, connection_broken
+from backends.pools import TargetPools
 from backends.retrieval.ingest.sources_config import SourceSpec
 from backends.retrieval.protocols import SearchIndex
 from backends.targets import Target, default_schema
@@ -254,7 +252,7 @@ class FetchTools:
             try:
                 if cached is None:
                     try:
-                        cached = _SourceTable(spec, target, catalog_for(target.protocol, conn), columns)
+                        cached = _SourceTable(spec, target, target.engine.catalog(conn), columns)
                     except GatewayError as exc:
                         tables[spec.source_id] = exc
                         raise
@@ -272,10 +270,10 @@ class FetchTools:
                     cursor.close()
             except GatewayError:
                 raise
-            except DRIVER_ERRORS as exc:
-                if connection_broken(conn):
+            except target.engine.errors as exc:
+                if target.engine.broken(conn):
                     raise  # the pool answers UNAVAILABLE
-                if is_timeout(exc):
+                if isinstance(target.engine.translate(exc), DeadlineExceeded):
                     raise DeadlineExceeded(f"source {spec.name}: the lookup exceeded the target's timeout_ms") from exc
                 log.warning("fetch from source %s failed: %s", spec.name, type(exc).__name__)
                 raise GatewayError(f"source {spec.name}: the lookup failed ({type(exc).__name__})") from exc

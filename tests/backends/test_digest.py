@@ -8,6 +8,7 @@ import random
 import pytest
 
 from backends.digest import DigestRecorder, bucket_of, normalize_text, query_digest_stats
+from backends.engines import engine_for
 from backends.readonly import check_readonly
 from gateway.errors import InvalidArgument
 from tests.query import ok
@@ -15,7 +16,7 @@ from tests.query.test_sql_tools import make_store, sql_env  # noqa: F401 - the s
 
 
 def digest_text(sql: str, protocol: str = "pgsql") -> str:
-    return normalize_text(check_readonly(sql, protocol).sql)
+    return normalize_text(check_readonly(sql, engine_for(protocol)).sql)
 
 
 def test_literals_become_placeholders_and_in_lists_collapse() -> None:

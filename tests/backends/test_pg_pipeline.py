@@ -1,4 +1,4 @@
-"""PostgreSQL in one round trip (backends/execute.py): BEGIN READ ONLY, the per-call
+"""PostgreSQL in one round trip (backends/engines/postgresql.py): BEGIN READ ONLY, the per-call
 settings, the caller's statement and ROLLBACK go out as one libpq pipeline. Whatever happens
 (success, a statement error, a server timeout, a truncated result, a settings error, a server
 that goes silent), the connection ends idle and out of pipeline mode with the session's own
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from backends import execute
-from backends.execute import execute_readonly
+from backends.engines import engine_for
+from backends.engines import postgresql as execute
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
 
 LIMITS = {"timeout_ms": 3000, "max_rows": 100, "max_bytes": 1_000_000}
@@ -69,14 +69,14 @@ def _fallback(monkeypatch: pytest.MonkeyPatch, conn: psycopg.Connection, sql: st
     with monkeypatch.context() as m:
         m.setattr(execute, "_PG_PIPELINE", False)
         try:
-            return execute_readonly("pgsql", conn, sql, **limits)
+            return engine_for("pgsql").execute(conn, sql, **limits)
         except GatewayError as exc:
             return exc
 
 
 def test_success_leaves_the_session_as_it_was(conn: psycopg.Connection) -> None:
     before = _session(conn)
-    out = execute_readonly("pgsql", conn, "SELECT current_setting('statement_timeout') AS t, 1 + 1 AS two", **LIMITS)
+    out = engine_for("pgsql").execute(conn, "SELECT current_setting('statement_timeout') AS t, 1 + 1 AS two", **LIMITS)
     assert out.rows == [["3s", 2]]  # the per-call timeout was in force for the statement
     assert out.columns == [{"name": "t", "type": "text"}, {"name": "two", "type": "int4"}]
     assert _session(conn) == before
@@ -99,7 +99,7 @@ def test_a_statement_error_gives_the_same_error_and_leaves_the_session_clean(
 ) -> None:
     before = _session(conn)
     with pytest.raises(InvalidArgument) as raised:
-        execute_readonly("pgsql", conn, sql, **LIMITS)
+        engine_for("pgsql").execute(conn, sql, **LIMITS)
     assert _session(conn) == before
     old = _fallback(monkeypatch, conn, sql, **LIMITS)
     assert type(old) is type(raised.value) and str(old) == str(raised.value)
@@ -115,19 +115,19 @@ def test_a_settings_error_aborts_the_statement_and_leaves_the_session_clean(
     before = _session(conn)
     limits = {**LIMITS, "timeout_ms": 2**31}
     with pytest.raises(InvalidArgument) as raised:
-        execute_readonly("pgsql", conn, "SELECT w()", **limits)
+        engine_for("pgsql").execute(conn, "SELECT w()", **limits)
     assert "22023" in str(raised.value)
     assert _session(conn) == before
     old = _fallback(monkeypatch, conn, "SELECT w()", **limits)
     assert type(old) is type(raised.value) and str(old) == str(raised.value)
-    assert execute_readonly("pgsql", conn, "SELECT 1", **LIMITS).rows == [[1]]
+    assert engine_for("pgsql").execute(conn, "SELECT 1", **LIMITS).rows == [[1]]
 
 
 def test_a_server_timeout_is_deadline_exceeded_and_leaves_the_session_clean(conn: psycopg.Connection) -> None:
     before = _session(conn)
     started = time.monotonic()
     with pytest.raises(DeadlineExceeded, match="200 ms"):
-        execute_readonly("pgsql", conn, "SELECT pg_sleep(10)", timeout_ms=200, max_rows=10, max_bytes=10_000)
+        engine_for("pgsql").execute(conn, "SELECT pg_sleep(10)", timeout_ms=200, max_rows=10, max_bytes=10_000)
     assert time.monotonic() - started < 3
     assert _session(conn) == before
 
@@ -148,7 +148,7 @@ def test_a_truncated_result_leaves_the_session_clean(
     before = _session(conn)
     limits = {**LIMITS, "max_bytes": 20_000, "timeout_ms": 20_000}
     started = time.monotonic()
-    out = execute_readonly("pgsql", conn, sql, **limits)
+    out = engine_for("pgsql").execute(conn, sql, **limits)
     assert time.monotonic() - started < 5  # the unlimited one is cancelled, not read to its end
     assert out.truncated_reason == reason
     assert out.rows[0] == ([1, "x" * 1000] if reason == "max_bytes" else [1])
@@ -165,11 +165,11 @@ def test_a_truncated_result_leaves_the_session_clean(
 
 def test_set_config_in_a_function_does_not_outlive_the_call(conn: psycopg.Connection) -> None:
     before = _session(conn)
-    out = execute_readonly("pgsql", conn, "SELECT loosen()", **LIMITS)
+    out = engine_for("pgsql").execute(conn, "SELECT loosen()", **LIMITS)
     assert out.rows == [["0pg_tempoff"]]  # it did change them, inside the call
     assert _session(conn) == before
     with pytest.raises(InvalidArgument, match="read-only"):
-        execute_readonly("pgsql", conn, "SELECT w()", **LIMITS)
+        engine_for("pgsql").execute(conn, "SELECT w()", **LIMITS)
 
 
 VALUES = """SELECT 12345678901234567890.123456789::numeric AS n, 'NaN'::numeric AS nan,
@@ -184,7 +184,7 @@ def test_values_and_columns_come_out_as_through_the_three_round_trips(
     conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, chunked: bool
 ) -> None:
     monkeypatch.setattr(execute, "_PG_CHUNKED", chunked)
-    out = execute_readonly("pgsql", conn, VALUES, **LIMITS)
+    out = engine_for("pgsql").execute(conn, VALUES, **LIMITS)
     old = _fallback(monkeypatch, conn, VALUES, **LIMITS)
     assert (out.columns, out.rows, out.result_bytes) == (old.columns, old.rows, old.result_bytes)
     assert [c["type"] for c in out.columns][:8] == ["numeric", "numeric", "timestamptz", "date", "interval", "bytea", "int4[]", "text[]"]  # fmt: skip
@@ -193,24 +193,24 @@ def test_values_and_columns_come_out_as_through_the_three_round_trips(
 
 def test_an_empty_result_still_names_its_columns(conn: psycopg.Connection) -> None:
     """The final zero-row result carries the row description (the stream path had none to give)."""
-    out = execute_readonly("pgsql", conn, "SELECT 1 AS a, 'x'::text AS b WHERE false", **LIMITS)
+    out = engine_for("pgsql").execute(conn, "SELECT 1 AS a, 'x'::text AS b WHERE false", **LIMITS)
     assert out.rows == [] and out.columns == [{"name": "a", "type": "int4"}, {"name": "b", "type": "text"}]
 
 
 def test_the_schema_is_a_parameter_and_per_call(conn: psycopg.Connection) -> None:
     before = _session(conn)
-    out = execute_readonly("pgsql", conn, "SELECT v, current_schemas(false) FROM odd", schema=SCHEMA, **LIMITS)
+    out = engine_for("pgsql").execute(conn, "SELECT v, current_schemas(false) FROM odd", schema=SCHEMA, **LIMITS)
     assert out.rows == [["in the odd schema", [SCHEMA]]]
     assert _session(conn) == before
     with pytest.raises(InvalidArgument, match="NUL"):
-        execute_readonly("pgsql", conn, "SELECT 1", schema="public\x00x", **LIMITS)
+        engine_for("pgsql").execute(conn, "SELECT 1", schema="public\x00x", **LIMITS)
 
 
 def test_a_connection_that_arrives_inside_a_transaction_is_rolled_back_first(db: dict) -> None:
     with psycopg.connect(**db) as conn:
         conn.execute("SET LOCAL statement_timeout = 0")
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
-        out = execute_readonly("pgsql", conn, "SELECT current_setting('statement_timeout')", **LIMITS)
+        out = engine_for("pgsql").execute(conn, "SELECT current_setting('statement_timeout')", **LIMITS)
         assert out.rows == [["3s"]]
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
@@ -229,7 +229,7 @@ def test_waiting_for_the_server_releases_the_gil(conn: psycopg.Connection) -> No
     try:
         time.sleep(0.05)
         started_ticks = ticks
-        execute_readonly("pgsql", conn, "SELECT pg_sleep(0.5)", **LIMITS)
+        engine_for("pgsql").execute(conn, "SELECT pg_sleep(0.5)", **LIMITS)
         during = ticks - started_ticks
     finally:
         stop.set()
@@ -271,11 +271,11 @@ def _freezable_proxy(port: int) -> Iterator[tuple[int, threading.Event]]:
 
 def test_a_silent_server_is_given_up_on_and_the_connection_closed(db: dict) -> None:
     with _freezable_proxy(db["port"]) as (port, frozen), psycopg.connect(**{**db, "port": port}) as conn:
-        assert execute_readonly("pgsql", conn, "SELECT 1", **LIMITS).rows == [[1]]
+        assert engine_for("pgsql").execute(conn, "SELECT 1", **LIMITS).rows == [[1]]
         frozen.set()
         started = time.monotonic()
         with pytest.raises(DeadlineExceeded, match="did not answer"):
-            execute_readonly("pgsql", conn, "SELECT 1", timeout_ms=200, max_rows=10, max_bytes=10_000)
+            engine_for("pgsql").execute(conn, "SELECT 1", timeout_ms=200, max_rows=10, max_bytes=10_000)
         elapsed = time.monotonic() - started
         assert 0.2 + execute._PG_MARGIN_S - 0.1 < elapsed < 0.2 + execute._PG_MARGIN_S + 2
         assert conn.closed  # a pool discards it
@@ -290,10 +290,10 @@ def test_text_the_database_encoding_cannot_hold_is_invalid_argument(db: dict) ->
         try:
             with psycopg.connect(**{**db, "dbname": name}) as conn:
                 with pytest.raises(InvalidArgument, match="encoding"):
-                    execute_readonly("pgsql", conn, "SELECT '日本'", **LIMITS)
+                    engine_for("pgsql").execute(conn, "SELECT '日本'", **LIMITS)
                 with pytest.raises(InvalidArgument, match="encoding"):
-                    execute_readonly("pgsql", conn, "SELECT 1", schema="日本", **LIMITS)
-                assert execute_readonly("pgsql", conn, "SELECT 'é' AS é", **LIMITS).rows == [["é"]]
+                    engine_for("pgsql").execute(conn, "SELECT 1", schema="日本", **LIMITS)
+                assert engine_for("pgsql").execute(conn, "SELECT 'é' AS é", **LIMITS).rows == [["é"]]
                 assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -306,7 +306,7 @@ def _frontend_messages(conn: psycopg.Connection, sql: str, **kwargs: object) -> 
         conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
         try:
             with contextlib.suppress(GatewayError):
-                execute_readonly("pgsql", conn, sql, **{**LIMITS, **kwargs})
+                engine_for("pgsql").execute(conn, sql, **{**LIMITS, **kwargs})
         finally:
             conn.pgconn.untrace()
         trace.seek(0)
@@ -335,7 +335,7 @@ def test_a_value_psycopg_cannot_load_is_invalid_argument_and_the_session_stays_u
     the connection failed."""
     before = _session(conn)
     with pytest.raises(InvalidArgument) as raised:
-        execute_readonly("pgsql", conn, "SELECT 'infinity'::date AS d", **LIMITS)
+        engine_for("pgsql").execute(conn, "SELECT 'infinity'::date AS d", **LIMITS)
     assert "CAST(column AS text)" in str(raised.value)
     assert _session(conn) == before
-    assert execute_readonly("pgsql", conn, "SELECT CAST('infinity'::date AS text) AS d", **LIMITS).rows == [["infinity"]]
+    assert engine_for("pgsql").execute(conn, "SELECT CAST('infinity'::date AS text) AS d", **LIMITS).rows == [["infinity"]]

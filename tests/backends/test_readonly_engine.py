@@ -1,5 +1,5 @@
-"""Layers 1 and 2 on their own (backends/execute.py), the parser bypassed: writes sent
-straight to `execute_readonly` on ordinary read-write connections are refused by the engine's
+"""Layers 1 and 2 on their own (each engine's execute, backends/engines), the parser bypassed: writes sent
+straight to an engine's `execute` on ordinary read-write connections are refused by the engine's
 read-only transaction; several statements in one call are refused by the protocol; a slow
 statement is cancelled by the server. Controls show each refusal is ours, not the driver's
 default: the same text through the plain driver does write / does run twice. MariaDB is
@@ -18,7 +18,7 @@ import pymysql
 import pytest
 from pymysql.constants import CLIENT
 
-from backends.execute import execute_readonly
+from backends.engines import engine_for
 from gateway.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from tests.backends.test_readonly_hostile import mariadb_checksum, postgres_checksum
 from tests.query.test_sql_tools import sql_env  # noqa: F401 - the shared module fixture
@@ -92,7 +92,7 @@ def _lite_count(path: object) -> int:
 def test_mariadb_engine_alone_refuses_writes(sql_env: dict, plain: dict, sql: str, conn: str) -> None:  # noqa: F811
     before = mariadb_checksum(sql_env["maria"])
     with pytest.raises(InvalidArgument, match="(read-only|rejected)"):
-        execute_readonly("mysql", plain[conn], sql, **LIMITS)
+        engine_for("mysql").execute(plain[conn], sql, **LIMITS)
     assert mariadb_checksum(sql_env["maria"]) == before
 
 
@@ -100,7 +100,7 @@ def test_mariadb_engine_alone_refuses_writes(sql_env: dict, plain: dict, sql: st
 def test_postgres_engine_alone_refuses_writes(sql_env: dict, plain: dict, sql: str) -> None:  # noqa: F811
     before = postgres_checksum(sql_env["pg"])
     with pytest.raises(InvalidArgument):
-        execute_readonly("pgsql", plain["pg"], sql, **LIMITS)
+        engine_for("pgsql").execute(plain["pg"], sql, **LIMITS)
     assert plain["pg"].info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # rolled back
     assert postgres_checksum(sql_env["pg"]) == before
 
@@ -108,7 +108,7 @@ def test_postgres_engine_alone_refuses_writes(sql_env: dict, plain: dict, sql: s
 @pytest.mark.parametrize("sql", SQLITE_WRITES)
 def test_sqlite_engine_alone_refuses_writes(sql_env: dict, plain: dict, sql: str) -> None:  # noqa: F811
     with pytest.raises(InvalidArgument):
-        execute_readonly("sqlite", plain["lite"], sql, **LIMITS)
+        engine_for("sqlite").execute(plain["lite"], sql, **LIMITS)
     assert _lite_count(sql_env["lite"]) == 50
 
 
@@ -120,7 +120,7 @@ def test_control_the_plain_drivers_do_write(sql_env: dict, plain: dict) -> None:
     plain["maria"].rollback()
     assert plain["pg"].execute("DELETE FROM items").rowcount == 50
     plain["pg"].rollback()
-    fresh = sqlite3.connect(sql_env["lite"])  # execute_readonly leaves query_only on for the plain one
+    fresh = sqlite3.connect(sql_env["lite"])  # execute leaves query_only on for the plain one
     assert fresh.execute("DELETE FROM items").rowcount == 50
     fresh.rollback()
     fresh.close()
@@ -129,8 +129,8 @@ def test_control_the_plain_drivers_do_write(sql_env: dict, plain: dict) -> None:
 def test_postgres_one_statement_per_call_by_protocol(sql_env: dict, plain: dict) -> None:  # noqa: F811
     conn = plain["pg"]
     with pytest.raises(InvalidArgument, match="multiple commands"):
-        execute_readonly("pgsql", conn, "SELECT 1; SELECT 2", **LIMITS)
-    # Layer 1 alone, as execute.py calls the driver: in a pipeline every statement goes through
+        engine_for("pgsql").execute(conn, "SELECT 1; SELECT 2", **LIMITS)
+    # Layer 1 alone, as the PostgreSQL engine calls the driver: in a pipeline every statement goes through
     # the extended protocol, whose Parse takes one statement (prepare=True would do the same).
     with pytest.raises(psycopg.errors.SyntaxError), conn.pipeline():
         conn.execute("SELECT 1; DELETE FROM items")
@@ -152,22 +152,22 @@ def test_mariadb_one_statement_per_call_without_multi_statements(sql_env: dict, 
         cur.execute("SELECT 1; DELETE FROM items")
     plain["maria"].rollback()
     with pytest.raises(InvalidArgument):
-        execute_readonly("mysql", plain["maria"], "SELECT 1; SELECT 2", **LIMITS)
-    # Control: with CLIENT_MULTI_STATEMENTS the server runs both, so execute_readonly refuses such a connection.
+        engine_for("mysql").execute(plain["maria"], "SELECT 1; SELECT 2", **LIMITS)
+    # Control: with CLIENT_MULTI_STATEMENTS the server runs both, so execute refuses such a connection.
     multi = pymysql.connect(**sql_env["maria"], client_flag=CLIENT.MULTI_STATEMENTS)
     try:
         with multi.cursor() as cur:
             cur.execute("SELECT 1; SELECT 2")
             assert cur.nextset() and cur.fetchall() == ((2,),)
         with pytest.raises(Unavailable, match="MULTI_STATEMENTS"):
-            execute_readonly("mysql", multi, "SELECT 1", **LIMITS)
+            engine_for("mysql").execute(multi, "SELECT 1", **LIMITS)
     finally:
         multi.close()
 
 
 def test_sqlite_one_statement_per_call(plain: dict) -> None:
     with pytest.raises(InvalidArgument, match="one statement"):
-        execute_readonly("sqlite", plain["lite"], "SELECT 1; DELETE FROM items", **LIMITS)
+        engine_for("sqlite").execute(plain["lite"], "SELECT 1; DELETE FROM items", **LIMITS)
 
 
 @pytest.mark.parametrize(("protocol", "sql"), [("pgsql", "SELECT pg_sleep(10)"), ("mysql", "SELECT SLEEP(10)")])
@@ -175,14 +175,14 @@ def test_server_side_timeout_alone(plain: dict, protocol: str, sql: str) -> None
     conn = plain["pg" if protocol == "pgsql" else "maria"]
     started = time.monotonic()
     with pytest.raises(DeadlineExceeded):
-        execute_readonly(protocol, conn, sql, timeout_ms=200, max_rows=10, max_bytes=10_000)
+        engine_for(protocol).execute(conn, sql, timeout_ms=200, max_rows=10, max_bytes=10_000)
     assert time.monotonic() - started < 5  # cancelled by the server, long before the 10 s sleep ends
-    assert execute_readonly(protocol, conn, "SELECT 1", **LIMITS).rows == [[1]]
+    assert engine_for(protocol).execute(conn, "SELECT 1", **LIMITS).rows == [[1]]
 
 
 @pytest.mark.parametrize("conn", ["maria", "maria_ac"])
 def test_mariadb_session_is_left_clean(plain: dict, conn: str) -> None:
-    execute_readonly("mysql", plain[conn], "SELECT 1", **LIMITS)
+    engine_for("mysql").execute(plain[conn], "SELECT 1", **LIMITS)
     with plain[conn].cursor() as cur:
         cur.execute("SELECT @@in_transaction, @@tx_read_only, @@max_statement_time")
         assert cur.fetchone() == (0, 0, 0.0)
@@ -191,9 +191,9 @@ def test_mariadb_session_is_left_clean(plain: dict, conn: str) -> None:
 def test_engine_alone_lets_through_what_only_the_parser_stops(plain: dict) -> None:
     """Why layer 3 exists: a read-only transaction does not stop shared locks, named locks or
     server file reads (all refused by the parser, see test_readonly_parser)."""
-    assert execute_readonly("mysql", plain["maria"], "SELECT id FROM items LOCK IN SHARE MODE", **LIMITS).rows
-    assert execute_readonly("mysql", plain["maria"], "SELECT GET_LOCK('mcpgw_engine', 0)", **LIMITS).rows == [[1]]
+    assert engine_for("mysql").execute(plain["maria"], "SELECT id FROM items LOCK IN SHARE MODE", **LIMITS).rows
+    assert engine_for("mysql").execute(plain["maria"], "SELECT GET_LOCK('mcpgw_engine', 0)", **LIMITS).rows == [[1]]
     with plain["maria"].cursor() as cur:
         cur.execute("SELECT RELEASE_LOCK('mcpgw_engine')")
-    out = execute_readonly("pgsql", plain["pg"], "SELECT length(pg_read_file('/etc/hostname')) > 0", **LIMITS)
+    out = engine_for("pgsql").execute(plain["pg"], "SELECT length(pg_read_file('/etc/hostname')) > 0", **LIMITS)
     assert out.rows == [[True]]  # as a superuser: least privilege (layer 4) is the other answer

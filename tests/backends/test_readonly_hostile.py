@@ -342,11 +342,11 @@ def test_string_escape_differential_runs_the_checked_reading(sql_env: dict) -> N
     """`SELECT '\\', SLEEP(1) -- '` is one string to sqlglot (and to MariaDB by default) but a
     SLEEP call under sql_mode NO_BACKSLASH_ESCAPES. What runs is the regenerated text, which
     reads the same in both modes, so the checked reading is the one executed."""
-    from backends.execute import execute_readonly
+    from backends.engines import engine_for
     from backends.readonly import check_readonly
 
     sql = "SELECT '\\', SLEEP(1) AS s -- '"
-    checked = check_readonly(sql, "mysql", row_cap=11)
+    checked = check_readonly(sql, engine_for("mysql"), row_cap=11)
     conn = pymysql.connect(**sql_env["maria"])
     try:
         with conn.cursor() as cur:
@@ -355,7 +355,7 @@ def test_string_escape_differential_runs_the_checked_reading(sql_env: dict) -> N
             assert [d[0] for d in cur.description] == ["\\", "s"]
         conn.rollback()
         limits = {"timeout_ms": 3000, "max_rows": 10, "max_bytes": 10_000}
-        out = execute_readonly("mysql", conn, checked.sql, **limits)
+        out = engine_for("mysql").execute(conn, checked.sql, **limits)
         assert out.rows == [["', SLEEP(1) AS s -- "]]
     finally:
         conn.close()

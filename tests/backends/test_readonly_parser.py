@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
+from backends.engines import engine_for
 from backends.readonly import check_readonly
 from gateway.errors import InvalidArgument
 from tests.backends.test_readonly_hostile import MYSQL_HOSTILE, PG_HOSTILE
@@ -60,29 +61,29 @@ ACCEPTED = [
 @pytest.mark.parametrize("sql", MYSQL_HOSTILE)
 def test_parser_alone_refuses_mysql_corpus(sql: str) -> None:
     with pytest.raises(InvalidArgument, match="refused"):
-        check_readonly(sql, "mysql", row_cap=10)
+        check_readonly(sql, engine_for("mysql"), row_cap=10)
 
 
 @pytest.mark.parametrize("sql", PG_HOSTILE)
 def test_parser_alone_refuses_postgres_corpus(sql: str) -> None:
     with pytest.raises(InvalidArgument, match="refused"):
-        check_readonly(sql, "pgsql", row_cap=10)
+        check_readonly(sql, engine_for("pgsql"), row_cap=10)
 
 
 @pytest.mark.parametrize("sql", SQLITE_HOSTILE)
 def test_parser_alone_refuses_sqlite_corpus(sql: str) -> None:
     with pytest.raises(InvalidArgument, match="refused"):
-        check_readonly(sql, "sqlite", row_cap=10)
+        check_readonly(sql, engine_for("sqlite"), row_cap=10)
 
 
 @pytest.mark.parametrize(("protocol", "sql", "kind"), ACCEPTED)
 def test_read_statements_pass_and_regenerate_to_a_fixed_point(protocol: str, sql: str, kind: str) -> None:
-    checked = check_readonly(sql, protocol, row_cap=11)
+    checked = check_readonly(sql, engine_for(protocol), row_cap=11)
     assert checked.kind == kind
     assert "--" not in checked.sql  # comments are not carried into what runs
     if kind == "select":
         assert checked.sql.endswith("LIMIT 11") or "LIMIT" in checked.sql
-    assert check_readonly(checked.sql, protocol, row_cap=11).sql == checked.sql
+    assert check_readonly(checked.sql, engine_for(protocol), row_cap=11).sql == checked.sql
 
 
 def test_reasons_are_specific() -> None:
@@ -98,23 +99,28 @@ def test_reasons_are_specific() -> None:
     }
     for (protocol, sql), reason in cases.items():
         with pytest.raises(InvalidArgument) as info:
-            check_readonly(sql, protocol)
+            check_readonly(sql, engine_for(protocol))
         assert reason in info.value.message, (sql, info.value.message)
 
 
 def test_limit_is_added_or_lowered_never_raised() -> None:
-    assert check_readonly("SELECT a FROM t", "pgsql", row_cap=101).sql == "SELECT a FROM t LIMIT 101"
-    assert check_readonly("SELECT a FROM t LIMIT 5", "pgsql", row_cap=101).sql == "SELECT a FROM t LIMIT 5"
-    assert check_readonly("SELECT a FROM t LIMIT 5000", "pgsql", row_cap=101).sql == "SELECT a FROM t LIMIT 101"
-    assert check_readonly("SELECT a FROM t LIMIT ALL", "pgsql", row_cap=101).sql == "SELECT a FROM t LIMIT 101"
-    assert check_readonly("SELECT a FROM t LIMIT 10, 5000", "mysql", row_cap=101).sql == "SELECT a FROM t LIMIT 101 OFFSET 10"
-    assert check_readonly("SELECT a FROM t FETCH FIRST 500 ROWS ONLY", "pgsql", row_cap=101).sql.endswith(
+    assert check_readonly("SELECT a FROM t", engine_for("pgsql"), row_cap=101).sql == "SELECT a FROM t LIMIT 101"
+    assert check_readonly("SELECT a FROM t LIMIT 5", engine_for("pgsql"), row_cap=101).sql == "SELECT a FROM t LIMIT 5"
+    assert check_readonly("SELECT a FROM t LIMIT 5000", engine_for("pgsql"), row_cap=101).sql == "SELECT a FROM t LIMIT 101"
+    assert check_readonly("SELECT a FROM t LIMIT ALL", engine_for("pgsql"), row_cap=101).sql == "SELECT a FROM t LIMIT 101"
+    assert (
+        check_readonly("SELECT a FROM t LIMIT 10, 5000", engine_for("mysql"), row_cap=101).sql
+        == "SELECT a FROM t LIMIT 101 OFFSET 10"
+    )
+    assert check_readonly("SELECT a FROM t FETCH FIRST 500 ROWS ONLY", engine_for("pgsql"), row_cap=101).sql.endswith(
         "FETCH FIRST 101 ROWS ONLY"
     )
-    assert check_readonly("SELECT a FROM t FETCH FIRST ROW ONLY", "pgsql", row_cap=101).sql.endswith("FETCH FIRST ROWS ONLY")
+    assert check_readonly("SELECT a FROM t FETCH FIRST ROW ONLY", engine_for("pgsql"), row_cap=101).sql.endswith(
+        "FETCH FIRST ROWS ONLY"
+    )
     for computed in ("SELECT a FROM t LIMIT (SELECT 1000000)", "SELECT a FROM t FETCH FIRST 50 PERCENT ROWS ONLY"):
         with pytest.raises(InvalidArgument, match="number"):
-            check_readonly(computed, "pgsql", row_cap=101)
+            check_readonly(computed, engine_for("pgsql"), row_cap=101)
 
 
 SUFFIXES = ["; DROP TABLE t", "; COMMIT; DELETE FROM t", " INTO OUTFILE '/tmp/x'", " FOR UPDATE", "/*! , SLEEP(5) */"]
@@ -124,7 +130,7 @@ SUFFIXES = ["; DROP TABLE t", "; COMMIT; DELETE FROM t", " INTO OUTFILE '/tmp/x'
 @pytest.mark.parametrize(("protocol", "sql", "kind"), [a for a in ACCEPTED if a[2] == "select"])
 def test_accepted_statement_plus_hostile_suffix_is_refused(protocol: str, sql: str, kind: str, suffix: str) -> None:
     with pytest.raises(InvalidArgument):
-        check_readonly(sql + "\n" + suffix, protocol)  # a newline: the suffix is never inside a comment
+        check_readonly(sql + "\n" + suffix, engine_for(protocol))  # a newline: the suffix is never inside a comment
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -185,7 +191,7 @@ def test_accepted_statement_plus_hostile_suffix_is_refused(protocol: str, sql: s
 def test_fuzz_refuses_cleanly_or_returns_a_fixed_point(protocol: str, parts: list[str]) -> None:
     sql = " ".join(parts)
     try:
-        checked = check_readonly(sql, protocol, row_cap=10)
+        checked = check_readonly(sql, engine_for(protocol), row_cap=10)
     except InvalidArgument:
         return
     # An independent look at what will run: sqlglot's own tree, with a short list of its write nodes.
@@ -193,7 +199,7 @@ def test_fuzz_refuses_cleanly_or_returns_a_fixed_point(protocol: str, parts: lis
         ran = sqlglot.parse_one(checked.sql.removeprefix("EXPLAIN QUERY PLAN ").removeprefix("EXPLAIN "), read=checked.dialect)
         writes = (exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Create, exp.Command, exp.Into, exp.Lock, exp.Set, exp.Copy)
         assert not list(ran.find_all(*writes)), (sql, checked.sql)
-    assert check_readonly(checked.sql, protocol, row_cap=10).sql == checked.sql
+    assert check_readonly(checked.sql, engine_for(protocol), row_cap=10).sql == checked.sql
 
 
 @pytest.mark.parametrize("protocol", ["mysql", "pgsql"])
@@ -205,7 +211,7 @@ def test_comment_differentials_are_neutralised(protocol: str, sql: str) -> None:
     """PostgreSQL nests comments, MySQL does not: whatever sqlglot decides, what runs is the
     regenerated text, which carries no comment for the server to read differently."""
     try:
-        checked = check_readonly(sql, protocol, row_cap=11)
+        checked = check_readonly(sql, engine_for(protocol), row_cap=11)
     except InvalidArgument:
         return
     assert checked.sql == "SELECT 1 LIMIT 11"
@@ -214,6 +220,6 @@ def test_comment_differentials_are_neutralised(protocol: str, sql: str) -> None:
 def test_parser_crashes_fail_closed() -> None:
     """sqlglot raised IndexError on this input (found by fuzzing): refused, not INTERNAL."""
     with pytest.raises(InvalidArgument, match="could not be parsed"):
-        check_readonly("SHOW FULL", "mysql")
+        check_readonly("SHOW FULL", engine_for("mysql"))
     with pytest.raises(InvalidArgument):
-        check_readonly("SELECT " + "(" * 5000 + "1" + ")" * 5000, "pgsql")
+        check_readonly("SELECT " + "(" * 5000 + "1" + ")" * 5000, engine_for("pgsql"))

@@ -15,10 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backends import readonly
+from backends.engines import engine_for
 from backends.readonly import check_readonly
 from gateway.errors import InvalidArgument
 
-full_check = readonly._check_cached.__wrapped__  # the check itself, no cache of any kind
+
+def full_check(sql: str, protocol: str, row_cap: int | None) -> readonly.CheckedStatement:
+    """The check itself, no cache of any kind."""
+    return readonly._check_cached.__wrapped__(sql, engine_for(protocol).readonly, row_cap)
+
 
 TEMPLATES = [
     ("pgsql", "SELECT id, name FROM items WHERE id = {n}"),
@@ -78,9 +83,9 @@ def test_a_template_answers_what_the_full_check_would(
     case: tuple[str, str], numbers: list[str], strings: list[str], seed_numbers: list[str], seed_strings: list[str]
 ) -> None:
     protocol, template = case
-    check_readonly(fill(template, protocol, seed_numbers, seed_strings), protocol, row_cap=51)  # learn the shape
+    check_readonly(fill(template, protocol, seed_numbers, seed_strings), engine_for(protocol), row_cap=51)  # learn the shape
     sql = fill(template, protocol, numbers, strings)
-    shaped = outcome(lambda s, p, c: check_readonly(s, p, row_cap=c), sql, protocol)
+    shaped = outcome(lambda s, p, c: check_readonly(s, engine_for(p), row_cap=c), sql, protocol)
     full = outcome(full_check, sql, protocol)
     if shaped != full:
         # sqlglot rewrites some literal values (INTERVAL '1 day' -> INTERVAL '1' DAY); the
@@ -90,9 +95,9 @@ def test_a_template_answers_what_the_full_check_would(
 
 
 def test_the_template_path_is_taken_and_costs_no_full_check() -> None:
-    check_readonly("SELECT id FROM shapes_probe WHERE id = 1 AND name = 'a'", "pgsql", row_cap=11)
+    check_readonly("SELECT id FROM shapes_probe WHERE id = 1 AND name = 'a'", engine_for("pgsql"), row_cap=11)
     misses = readonly._check_cached.cache_info().misses
-    checked = check_readonly("SELECT id FROM shapes_probe WHERE id = 987 AND name = 'b c'", "pgsql", row_cap=11)
+    checked = check_readonly("SELECT id FROM shapes_probe WHERE id = 987 AND name = 'b c'", engine_for("pgsql"), row_cap=11)
     assert readonly._check_cached.cache_info().misses == misses
     assert checked.sql == "SELECT id FROM shapes_probe WHERE id = 987 AND name = 'b c' LIMIT 11"
     assert checked.kind == "select"
@@ -108,15 +113,22 @@ def test_the_template_path_is_taken_and_costs_no_full_check() -> None:
     ],
 )
 def test_values_that_are_not_plain_take_the_full_check(protocol: str, hostile: str) -> None:
-    check_readonly("SELECT id FROM shapes_q WHERE name = 'safe'", protocol, row_cap=11)
-    assert outcome(lambda s, p, c: check_readonly(s, p, row_cap=c), hostile, protocol) == outcome(full_check, hostile, protocol)
+    check_readonly("SELECT id FROM shapes_q WHERE name = 'safe'", engine_for(protocol), row_cap=11)
+    assert outcome(lambda s, p, c: check_readonly(s, engine_for(p), row_cap=c), hostile, protocol) == outcome(
+        full_check, hostile, protocol
+    )
 
 
 def test_limit_counts_stay_part_of_the_shape() -> None:
-    assert check_readonly("SELECT a FROM shapes_l LIMIT 5", "pgsql", row_cap=101).sql == "SELECT a FROM shapes_l LIMIT 5"
-    assert check_readonly("SELECT a FROM shapes_l LIMIT 5000", "pgsql", row_cap=101).sql == "SELECT a FROM shapes_l LIMIT 101"
     assert (
-        check_readonly("SELECT a FROM shapes_l LIMIT 1, 5000", "mysql", row_cap=101).sql
+        check_readonly("SELECT a FROM shapes_l LIMIT 5", engine_for("pgsql"), row_cap=101).sql == "SELECT a FROM shapes_l LIMIT 5"
+    )
+    assert (
+        check_readonly("SELECT a FROM shapes_l LIMIT 5000", engine_for("pgsql"), row_cap=101).sql
+        == "SELECT a FROM shapes_l LIMIT 101"
+    )
+    assert (
+        check_readonly("SELECT a FROM shapes_l LIMIT 1, 5000", engine_for("mysql"), row_cap=101).sql
         == "SELECT a FROM shapes_l LIMIT 101 OFFSET 1"
     )
 
@@ -124,11 +136,11 @@ def test_limit_counts_stay_part_of_the_shape() -> None:
 def test_a_refusal_is_never_learnt_and_the_nonce_is_never_trusted() -> None:
     for _ in range(2):
         with pytest.raises(InvalidArgument):
-            check_readonly("SELECT pg_read_file('/etc/passwd')", "pgsql", row_cap=11)
+            check_readonly("SELECT pg_read_file('/etc/passwd')", engine_for("pgsql"), row_cap=11)
     assert not [key for key in readonly._shapes if "pg_read_file" in key[0]]
     nonce_text = f"SELECT {readonly._NONCE}000000 AS n FROM shapes_n WHERE id = 1"
-    assert readonly._check_by_shape(nonce_text, "pgsql", 11) is None
-    assert check_readonly(nonce_text, "pgsql", row_cap=11).sql == full_check(nonce_text, "pgsql", 11).sql
+    assert readonly._check_by_shape(nonce_text, engine_for("pgsql").readonly, 11) is None
+    assert check_readonly(nonce_text, engine_for("pgsql"), row_cap=11).sql == full_check(nonce_text, "pgsql", 11).sql
 
 
 def test_long_statements_are_not_cached() -> None:
@@ -137,7 +149,7 @@ def test_long_statements_are_not_cached() -> None:
     padding = " AND name <> 'x'" * (readonly.CACHED_SQL_CHARS // 16)
     shapes, misses = len(readonly._shapes), readonly._check_cached.cache_info().misses
     for i in range(3):
-        checked = check_readonly(f"SELECT id FROM shapes_long WHERE id = {i}{padding}", "pgsql", row_cap=11)
+        checked = check_readonly(f"SELECT id FROM shapes_long WHERE id = {i}{padding}", engine_for("pgsql"), row_cap=11)
         assert checked.sql.startswith(f"SELECT id FROM shapes_long WHERE id = {i} AND")
     assert len(readonly._shapes) == shapes
     assert readonly._check_cached.cache_info().misses == misses
@@ -146,7 +158,7 @@ def test_long_statements_are_not_cached() -> None:
 def _other_values(sql: str, protocol: str) -> str | None:
     """The statement with every plain literal given another plain value (same shape), or None
     when it has none."""
-    shape = readonly._shape_of(sql, readonly.dialect_of(protocol)) if "\x00" not in sql else None  # NUL: refused before shapes
+    shape = readonly._shape_of(sql, engine_for(protocol).dialect) if "\x00" not in sql else None  # NUL: refused before shapes
     if shape is None:
         return None
     masked, values, kinds = shape
@@ -172,9 +184,9 @@ def test_no_value_variant_of_a_hostile_statement_teaches_a_shape(protocol: str, 
     variant = _other_values(sql, protocol)
     if variant is not None:
         with pytest.raises(InvalidArgument):
-            check_readonly(variant, protocol, row_cap=11)
+            check_readonly(variant, engine_for(protocol), row_cap=11)
     with pytest.raises(InvalidArgument):
-        check_readonly(sql, protocol, row_cap=11)
-    shape = readonly._shape_of(sql, readonly.dialect_of(protocol)) if "\x00" not in sql else None
+        check_readonly(sql, engine_for(protocol), row_cap=11)
+    shape = readonly._shape_of(sql, engine_for(protocol).dialect) if "\x00" not in sql else None
     if shape is not None:
-        assert readonly._shapes.get((shape[0], protocol, 11)) is None
+        assert readonly._shapes.get((shape[0], engine_for(protocol).readonly, 11)) is None

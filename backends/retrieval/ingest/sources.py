@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from backends.connect import mysql_ssl, pg_kwargs
+from backends.engines.mysql import ssl_context as mysql_ssl
+from backends.engines.postgresql import connect_kwargs as pg_kwargs
 from backends.targets import Target
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
 

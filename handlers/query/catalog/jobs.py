@@ -24,10 +24,9 @@ from typing import Any
 
 import apsw
 
-from backends.dialects import catalog_for
-from backends.driver_errors import DRIVER_ERRORS, is_timeout
-from backends.harvest import Table, snapshot
-from gateway.errors import GatewayError, NotFound
+from backends.engines import DRIVER_ERRORS, translate
+from backends.engines.catalog import Table
+from gateway.errors import DeadlineExceeded, GatewayError, NotFound
 from handlers.query.catalog.store import BATCH_TABLES, CatalogStore
 
 log = logging.getLogger("mcp_gateway.query.discovery")
@@ -99,7 +98,7 @@ class DiscoveryJobs:
         self.store.update_run(run_id, state="running", started_at=time.time())
         try:
             with self.connection(target_id) as (target, conn):
-                catalog = catalog_for(target.protocol, conn)
+                catalog = target.engine.catalog(conn)
                 schemas = self._schemas(catalog, target, schema_filter)
                 progress["schemas_total"] = len(schemas)
                 report()
@@ -115,7 +114,7 @@ class DiscoveryJobs:
                     for start in range(0, len(names), BATCH_TABLES):
                         if self.stop.is_set():
                             raise GatewayError("the gateway shut down during the run")
-                        batch = list(snapshot(target.protocol, conn, schema, names[start : start + BATCH_TABLES]).values())
+                        batch = list(target.engine.snapshot(conn, schema, names[start : start + BATCH_TABLES]).values())
                         with self.store.write() as db:
                             for key, value in write_tables(self.store, run_id, target_id, schema, batch, db).items():
                                 counts[key] += value
@@ -128,7 +127,7 @@ class DiscoveryJobs:
         except GatewayError as exc:
             self._fail(run_id, progress, {"code": exc.code, "message": exc.message})
         except DRIVER_ERRORS as exc:
-            if not is_timeout(exc):
+            if not isinstance(translate(exc), DeadlineExceeded):
                 raise
             message = f"a catalog statement ran past the timeout_ms of target {target_id}; try a narrower schema_filter"
             self._fail(run_id, progress, {"code": "DEADLINE_EXCEEDED", "message": message})

@@ -1,0 +1,609 @@
+"""MySQL and MariaDB: the `ENGINE` object and everything the gateway knows of them (pymysql).
+
+Sessions: SET SESSION TRANSACTION READ ONLY and the target's timeout as max_statement_time
+(MariaDB) / max_execution_time (MySQL). pymysql never gets CLIENT.MULTI_STATEMENTS, and runs
+in autocommit: a statement's transaction ends with it, so returning a connection to the pool
+needs no ROLLBACK round trip unless the server reported a transaction open (`needs_rollback`).
+
+Execution:
+    MariaDB     SET STATEMENT max_statement_time=<s>, tx_read_only=1 FOR <stmt>: the
+                statement's own transaction is read-only and timed, in one round trip, and the
+                variables are restored after it even if a stored function changed them. Unlike
+                START TRANSACTION READ ONLY this also refuses DDL, which would otherwise commit
+                implicitly and run outside the read-only transaction. The pool's sessions are
+                autocommit, so nothing stays open after the statement (no ROLLBACK round trip;
+                the server's transaction flag is still checked before and after). The
+                connection must not have CLIENT_MULTI_STATEMENTS.
+    MySQL       SET SESSION transaction_read_only / max_execution_time + START TRANSACTION
+                READ ONLY (MySQL has no SET STATEMENT), then ROLLBACK. Not exercised in CI: no
+                MySQL server.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+from pymysql.constants import CLIENT, FIELD_TYPE, SERVER_STATUS
+
+from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
+from backends.engines.catalog import Table, add_key, empty_constraints, like_substring, new_table, with_view_dependencies
+from gateway.errors import BadValue, Cancelled, DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
+
+SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
+KINDS = {"BASE TABLE": "table", "VIEW": "view", "SYSTEM VIEW": "view", "SEQUENCE": "sequence"}
+_TYPES = {v: k.lower() for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
+
+# -- the read-only check's part (backends/readonly.py) ------------------------------------------
+
+READONLY = ReadOnlyRules(
+    dialect="mysql",
+    # files, sleep, locks, replication waits, known UDF backdoors
+    denied_functions=frozenset(
+        {
+            "load_file",
+            "sleep",
+            "benchmark",
+            "get_lock",
+            "release_lock",
+            "release_all_locks",
+            "is_free_lock",
+            "is_used_lock",
+            "master_pos_wait",
+            "source_pos_wait",
+            "master_gtid_wait",
+            "wait_for_executed_gtid_set",
+            "wait_until_sql_thread_after_gtids",
+            "sys_exec",
+            "sys_eval",
+            "sys_get",
+            "sys_set",
+            "lib_mysqludf_sys_info",
+        }
+    ),  # fmt: skip
+    denied_schemas=frozenset({"mysql"}),  # mysql.user, mysql.global_priv: password hashes
+    show_and_describe=True,
+)
+
+# -- driver errors: the one table of what pymysql's exceptions mean for the gateway --------------
+
+TIMEOUT_CODES = frozenset({1969, 3024})  # MariaDB max_statement_time, MySQL max_execution_time
+KILLED_CODE = 1317  # ER_QUERY_INTERRUPTED: KILL QUERY (admin_kill_query), not a timeout
+READ_ONLY_CODES = frozenset({1792, 1290, 1836})
+# Errors whose text only names what the caller wrote (columns, tables, syntax near ...).
+USER_ERROR_CODES = frozenset(
+    {1044, 1049, 1051, 1052, 1054, 1060, 1064, 1109, 1142, 1143, 1146, 1222, 1241, 1242, 1248, 1305, 1582, 1583, 1630}
+)
+# The value sent cannot be compared or stored: illegal mix of collations (a character outside
+# utf8mb3 against the catalog), incorrect string value, invalid character string.
+BAD_VALUE_CODES = frozenset({1267, 1270, 1271, 1300, 1366})
+
+
+def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
+    """pymysql's exception -> the gateway's, by error number, first match wins:
+
+    1317 (KILL QUERY)                      Cancelled
+    TIMEOUT_CODES                          DeadlineExceeded
+    READ_ONLY_CODES                        InvalidArgument (a write was refused)
+    USER_ERROR_CODES                       InvalidArgument naming it (the caller's own words)
+    OperationalError, client side (>= 2000, 0)   Unavailable
+    DataError, BAD_VALUE_CODES             BadValue (the number and class only)
+    anything else                          InvalidArgument (the number and class only)
+    """
+    if not isinstance(exc, pymysql.err.MySQLError):
+        return GatewayError(f"the database call failed ({type(exc).__name__})")
+    errno = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    if errno == KILLED_CODE and isinstance(exc, pymysql.err.OperationalError):
+        return Cancelled(CANCELLED)
+    if errno in TIMEOUT_CODES:
+        return DeadlineExceeded(f"the statement ran past its timeout of {timeout_ms} ms and was interrupted by the server")
+    if errno in READ_ONLY_CODES:
+        return InvalidArgument("the database refused to write: the statement runs in a read-only transaction")
+    if errno in USER_ERROR_CODES and len(exc.args) > 1:
+        return InvalidArgument(f"the database rejected the statement ({errno}): {exc.args[1]}")
+    if isinstance(exc, pymysql.err.OperationalError) and (errno >= 2000 or errno == 0):
+        return Unavailable("the database connection failed during the statement")
+    bad_value = isinstance(exc, pymysql.err.DataError) or (
+        isinstance(exc, pymysql.err.OperationalError) and errno in BAD_VALUE_CODES
+    )
+    kind = BadValue if bad_value else InvalidArgument
+    return kind(f"the database could not run the statement (error {errno}, {type(exc).__name__})")
+
+
+# -- connections ---------------------------------------------------------------------------------
+
+
+def _is_mariadb(conn: pymysql.connections.Connection) -> bool:
+    return "mariadb" in conn.get_server_info().lower()
+
+
+def ssl_context(target: TargetSettings) -> ssl.SSLContext | None:
+    if not target.use_ssl or target.ssl_mode == "disable":
+        return None
+    context = ssl.create_default_context()
+    if target.ssl_mode != "verify-full":
+        context.check_hostname = False
+    if target.ssl_mode not in ("verify-ca", "verify-full"):
+        context.verify_mode = ssl.CERT_NONE  # require: encrypt, do not verify (libpq's meaning)
+    return context
+
+
+def connect_session(target: TargetSettings, *, connect_timeout_s: float, io_timeout_s: float) -> pymysql.connections.Connection:
+    conn = pymysql.connect(
+        host=target.host,
+        port=target.port,
+        user=target.username,
+        password=target.password,
+        database=target.database or target.default_schema or None,
+        charset="utf8mb4",
+        autocommit=True,
+        client_flag=0,  # no MULTI_STATEMENTS: one statement per call, whatever the caller sends
+        connect_timeout=max(1, math.ceil(connect_timeout_s)),
+        read_timeout=io_timeout_s,
+        write_timeout=io_timeout_s,
+        ssl=ssl_context(target),
+    )
+    if conn.client_flag & CLIENT.MULTI_STATEMENTS:  # pragma: no cover - a pymysql default change
+        conn.close()
+        raise RuntimeError("pymysql enabled MULTI_STATEMENTS")
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION READ ONLY")
+        if _is_mariadb(conn):
+            cur.execute("SET SESSION max_statement_time = %s", (target.timeout_ms / 1000,))
+        else:
+            cur.execute("SET SESSION max_execution_time = %s", (target.timeout_ms,))
+    return conn
+
+
+def _ping(conn: pymysql.connections.Connection, *, timeout_s: float) -> None:
+    """COM_PING with a short read timeout: a half-open socket must not hold a borrower for
+    the whole io timeout. pymysql has no per-call timeout, so its read timeout is lowered
+    for the ping (the attribute it applies before each packet read)."""
+    saved = getattr(conn, "_read_timeout", None)
+    conn._read_timeout = timeout_s
+    try:
+        conn.ping(reconnect=False)
+    finally:
+        conn._read_timeout = saved
+
+
+def _needs_rollback(conn: pymysql.connections.Connection) -> bool:
+    """From the status flags of the server's last OK packet (result sets do not update them).
+    In autocommit a transaction opens only through a statement answered with an OK packet
+    (START TRANSACTION, SET autocommit = 0, ...: refused by the allowlist, never sent by the
+    gateway after START TRANSACTION without its ROLLBACK; stored functions may not change
+    autocommit), so "autocommit on, no transaction" cannot be stale in the unsafe direction."""
+    status = conn.server_status or 0
+    return bool(status & SERVER_STATUS.SERVER_STATUS_IN_TRANS) or not status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT
+
+
+# -- read-only execution ---------------------------------------------------------------------------
+
+
+def _run_mysql(
+    conn: pymysql.connections.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+) -> tuple:
+    if conn.client_flag & CLIENT.MULTI_STATEMENTS:
+        raise Unavailable("refusing a MySQL connection opened with CLIENT_MULTI_STATEMENTS")
+    mariadb = _is_mariadb(conn)
+    cur = conn.cursor(pymysql.cursors.SSCursor)  # unbuffered: rows past the cap are never held
+    try:
+        if _needs_rollback(conn):
+            conn.rollback()  # tx_read_only only governs a transaction the statement itself starts
+        if schema:
+            conn.select_db(schema)  # COM_INIT_DB: the name is never part of SQL text
+        if mariadb:
+            # The statement's own transaction is read-only and timed, in one round trip.
+            sql = f"SET STATEMENT max_statement_time = {timeout_ms / 1000:.3f}, tx_read_only = 1 FOR {sql}"
+        else:
+            cur.execute(f"SET SESSION transaction_read_only = 1, SESSION max_execution_time = {timeout_ms}")
+            cur.execute("START TRANSACTION READ ONLY")
+        cur.execute(sql)  # no args: pymysql does no %-formatting
+        if cur.description is None:
+            return [], [], None, 2
+        columns = [{"name": d[0], "type": _TYPES.get(d[1], str(d[1]))} for d in cur.description]
+        rows, reason, size = collect(cur, max_rows=max_rows, max_bytes=max_bytes)
+        return columns, rows, reason, size
+    except pymysql.err.MySQLError as exc:
+        raise translate(exc, timeout_ms=timeout_ms) from exc
+    finally:
+        try:
+            cur.close()  # drains what the LIMIT let through
+            if _needs_rollback(conn):  # free in autocommit (the pool's sessions): no round trip
+                conn.rollback()
+            if schema and conn.db:
+                conn.select_db(conn.db)  # the pooled session keeps its default database
+        except pymysql.err.MySQLError:
+            pass  # the pool sees the broken connection and discards it
+
+
+# -- catalogs ------------------------------------------------------------------------------------
+
+
+class MySQLCatalog:
+    def __init__(self, conn: pymysql.connections.Connection) -> None:
+        self.conn = conn
+
+    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        with self.conn.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+    def schemas(self, after: str, limit: int) -> list[str]:
+        rows = self._rows(
+            "SELECT schema_name AS name FROM information_schema.schemata "
+            "WHERE schema_name NOT IN %s AND CAST(schema_name AS BINARY) > CAST(%s AS BINARY) "
+            "ORDER BY CAST(schema_name AS BINARY) LIMIT %s",
+            (SYSTEM_SCHEMAS, after, limit),
+        )
+        return [r["name"] for r in rows]
+
+    def schema_exists(self, schema: str) -> bool:
+        return bool(self._rows("SELECT 1 AS found FROM information_schema.schemata WHERE schema_name = %s", (schema,)))
+
+    def tables(self, schema: str, after: str, limit: int, name_filter: str | None) -> list[dict[str, Any]]:
+        rows = self._rows(
+            "SELECT table_name AS name, table_type AS kind, table_comment AS comment, table_rows AS rows_estimate "
+            "FROM information_schema.tables WHERE table_schema = %s "
+            "AND CAST(table_name AS BINARY) > CAST(%s AS BINARY) AND table_name LIKE %s ESCAPE '!' "
+            "ORDER BY CAST(table_name AS BINARY) LIMIT %s",
+            (schema, after, like_substring(name_filter), limit),
+        )
+        return [
+            {
+                "name": r["name"],
+                "type": KINDS.get(r["kind"], r["kind"].lower()),
+                "comment": r["comment"] or None,
+                "rows_estimate": r["rows_estimate"],
+            }
+            for r in rows
+        ]
+
+    def table_kind(self, schema: str, table: str) -> str | None:
+        rows = self._rows(
+            "SELECT table_type AS kind FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+            (schema, table),
+        )
+        return KINDS.get(rows[0]["kind"], rows[0]["kind"].lower()) if rows else None
+
+    def columns(self, schema: str, table: str) -> list[dict[str, Any]]:
+        rows = self._rows(
+            "SELECT column_name AS name, column_type AS type, is_nullable AS nullable, column_default AS dflt, "
+            "column_key AS ckey, column_comment AS comment FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+            (schema, table),
+        )
+        return [
+            {
+                "name": r["name"],
+                "type": r["type"],
+                "nullable": r["nullable"] == "YES",
+                "default": None if r["dflt"] in (None, "NULL") else str(r["dflt"]),  # MariaDB spells no default 'NULL'
+                "key": r["ckey"] or None,
+                "comment": r["comment"] or None,
+            }
+            for r in rows
+        ]
+
+    def constraints(self, schema: str, table: str) -> dict[str, Any]:
+        result = empty_constraints()
+        keys = self._rows(
+            "SELECT tc.constraint_name AS name, tc.constraint_type AS kind, k.column_name AS col, "
+            "k.referenced_table_schema AS ref_schema, k.referenced_table_name AS ref_table, k.referenced_column_name AS ref_col "
+            "FROM information_schema.table_constraints tc JOIN information_schema.key_column_usage k "
+            "ON k.constraint_schema = tc.constraint_schema AND k.constraint_name = tc.constraint_name "
+            "AND k.table_schema = tc.table_schema AND k.table_name = tc.table_name "
+            "WHERE tc.table_schema = %s AND tc.table_name = %s AND tc.constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY') "
+            "ORDER BY tc.constraint_type, tc.constraint_name, k.ordinal_position",
+            (schema, table),
+        )
+        rules = {
+            r["name"]: r
+            for r in self._rows(
+                "SELECT constraint_name AS name, update_rule AS on_update, delete_rule AS on_delete "
+                "FROM information_schema.referential_constraints WHERE constraint_schema = %s AND table_name = %s",
+                (schema, table),
+            )
+        }
+        grouped: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in keys:
+            entry = grouped.setdefault((r["kind"], r["name"]), {"name": r["name"], "columns": [], "ref": [], "row": r})
+            entry["columns"].append(r["col"])
+            entry["ref"].append(r["ref_col"])
+        for (kind, name), entry in grouped.items():
+            if kind == "PRIMARY KEY":
+                result["primary_key"] = {"name": name, "columns": entry["columns"]}
+            elif kind == "UNIQUE":
+                result["unique"].append({"name": name, "columns": entry["columns"]})
+            else:
+                rule = rules.get(name, {})
+                result["foreign_keys"].append(
+                    {
+                        "name": name,
+                        "columns": entry["columns"],
+                        "referenced_schema": entry["row"]["ref_schema"],
+                        "referenced_table": entry["row"]["ref_table"],
+                        "referenced_columns": entry["ref"],
+                        "on_update": rule.get("on_update"),
+                        "on_delete": rule.get("on_delete"),
+                    }
+                )
+        result["checks"] = self._checks(schema, table)
+        return result
+
+    def _checks(self, schema: str, table: str) -> list[dict[str, Any]]:
+        if _is_mariadb(self.conn):
+            sql = (
+                "SELECT constraint_name AS name, check_clause AS expression FROM information_schema.check_constraints "
+                "WHERE constraint_schema = %s AND table_name = %s ORDER BY constraint_name"
+            )
+        else:  # MySQL 8.0.16+: check_constraints has no table_name, table_constraints does
+            sql = (
+                "SELECT cc.constraint_name AS name, cc.check_clause AS expression FROM information_schema.check_constraints cc "
+                "JOIN information_schema.table_constraints tc ON tc.constraint_schema = cc.constraint_schema "
+                "AND tc.constraint_name = cc.constraint_name AND tc.constraint_type = 'CHECK' "
+                "WHERE tc.table_schema = %s AND tc.table_name = %s ORDER BY cc.constraint_name"
+            )
+        try:
+            return [{"name": r["name"], "expression": r["expression"]} for r in self._rows(sql, (schema, table))]
+        except pymysql.err.ProgrammingError:  # a server too old to expose check constraints
+            return []
+
+
+def _table_facts(conn: Any, schema: str, table: str) -> dict[str, Any]:
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(
+            "SELECT table_rows AS n, data_length + index_length AS size FROM information_schema.tables "
+            "WHERE table_schema = %s AND table_name = %s",
+            (schema, table),
+        )
+        row = cur.fetchone() or {}
+        cur.execute(
+            "SELECT index_name AS name, non_unique, column_name AS col, index_type AS method "
+            "FROM information_schema.statistics WHERE table_schema = %s AND table_name = %s "
+            "ORDER BY index_name, seq_in_index",
+            (schema, table),
+        )
+        indexes: dict[str, dict[str, Any]] = {}
+        for r in cur.fetchall():
+            index = indexes.setdefault(
+                r["name"],
+                {
+                    "name": r["name"],
+                    "columns": [],
+                    "unique": not r["non_unique"],
+                    "primary": r["name"] == "PRIMARY",
+                    "method": (r["method"] or "").lower() or None,
+                },
+            )
+            index["columns"].append(r["col"])
+    return {
+        "rows_estimate": int(row["n"]) if row.get("n") is not None else None,
+        "size_bytes": int(row["size"]) if row.get("size") is not None else None,
+        "indexes": list(indexes.values()),
+    }
+
+
+def _rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(sql, params)
+        return list(cur.fetchall())
+
+
+def _snapshot(conn: Any, schema: str, only: set[str] | None) -> dict[str, Table]:
+    out: dict[str, Table] = {}
+    names = tuple(sorted(only)) if only is not None else None
+    if names == ():
+        return out
+
+    def among(column: str) -> tuple[str, tuple[Any, ...]]:
+        """The statement's filter on the tables asked for, and its parameters."""
+        return (f" AND {column} IN %s", (names,)) if names is not None else ("", ())
+
+    where, params = among("t.table_name")
+    for r in _rows(
+        conn,
+        "SELECT t.table_name AS name, t.table_type AS kind, t.table_comment AS comment, t.table_rows AS n, v.view_definition AS def "
+        "FROM information_schema.tables t LEFT JOIN information_schema.views v "
+        "ON v.table_schema = t.table_schema AND v.table_name = t.table_name WHERE t.table_schema = %s" + where,
+        (schema, *params),
+    ):
+        if only is None or r["name"] in only:
+            kind = KINDS.get(r["kind"], str(r["kind"]).lower())
+            comment = None if kind == "view" else r["comment"]  # MariaDB says 'VIEW' there
+            out[r["name"]] = new_table(r["name"], kind, comment, r["n"], r["def"])
+    for r in _rows(
+        conn,
+        "SELECT table_name AS t, column_name AS name, column_type AS type, is_nullable AS nullable, column_default AS dflt, "
+        "column_comment AS comment FROM information_schema.columns WHERE table_schema = %s"
+        + among("table_name")[0]
+        + " ORDER BY table_name, ordinal_position",
+        (schema, *params),
+    ):
+        if r["t"] in out:
+            out[r["t"]]["columns"].append(
+                {
+                    "name": r["name"],
+                    "type": r["type"],
+                    "nullable": r["nullable"] == "YES",
+                    "default": None if r["dflt"] in (None, "NULL") else str(r["dflt"]),
+                    "comment": r["comment"] or None,
+                }
+            )
+    keys: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in _rows(
+        conn,
+        "SELECT k.table_name AS t, tc.constraint_type AS kind, tc.constraint_name AS name, k.column_name AS col, "
+        "k.referenced_table_schema AS ref_schema, k.referenced_table_name AS ref_table, k.referenced_column_name AS ref_col "
+        "FROM information_schema.table_constraints tc JOIN information_schema.key_column_usage k "
+        "ON k.constraint_schema = tc.constraint_schema AND k.constraint_name = tc.constraint_name "
+        "AND k.table_schema = tc.table_schema AND k.table_name = tc.table_name "
+        "WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')"
+        + among("tc.table_name")[0]
+        + " ORDER BY k.table_name, tc.constraint_name, k.ordinal_position",
+        (schema, *params),
+    ):
+        if r["t"] not in out:
+            continue
+        key = keys.setdefault((r["t"], r["kind"], r["name"]), {"columns": [], "ref_columns": [], "row": r})
+        key["columns"].append(r["col"])
+        key["ref_columns"].append(r["ref_col"])
+    for (table, kind, name), key in keys.items():
+        add_key(out[table], kind, name, key["columns"], key["row"]["ref_schema"], key["row"]["ref_table"], key["ref_columns"])
+    indexes: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in _rows(
+        conn,
+        "SELECT table_name AS t, index_name AS name, non_unique, column_name AS col FROM information_schema.statistics "
+        "WHERE table_schema = %s" + among("table_name")[0] + " ORDER BY table_name, index_name, seq_in_index",
+        (schema, *params),
+    ):
+        if r["t"] in out:
+            index = indexes.setdefault(
+                (r["t"], r["name"]),
+                {"name": r["name"], "columns": [], "unique": not r["non_unique"], "primary": r["name"] == "PRIMARY"},
+            )
+            index["columns"].append(r["col"])
+    for (table, _), index in indexes.items():
+        out[table]["indexes"].append(index)
+    return out
+
+
+# -- least privilege (backends/privileges.py) -----------------------------------------------------
+
+_WRITE = re.compile(
+    r"\b(ALL PRIVILEGES|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|INDEX|TRIGGER|EVENT|CREATE ROUTINE|ALTER ROUTINE|EXECUTE)\b"
+)
+_GRANT = re.compile(r"^GRANT (.+?) ON (\S+) TO", re.IGNORECASE)
+
+
+def _privilege_warnings(conn: Any) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW GRANTS FOR CURRENT_USER()")
+        grants = [row[0] for row in cur.fetchall()]
+    conn.rollback()
+    warnings: list[str] = []
+    for grant in grants:
+        match = _GRANT.match(grant)
+        if not match:
+            continue
+        privileges, scope = match.group(1).upper(), match.group(2)
+        if "ALL PRIVILEGES" in privileges and scope == "*.*":
+            warnings.append("the account has ALL PRIVILEGES on *.* (it can read and write server files)")
+        elif re.search(r"\bFILE\b", privileges):
+            warnings.append("the account has the FILE privilege (LOAD_FILE, SELECT ... INTO OUTFILE)")
+        if re.search(r"\bSUPER\b", privileges):
+            warnings.append("the account has the SUPER privilege")
+        if _WRITE.search(privileges.replace("GRANT OPTION", "")):
+            warnings.append(f"the account can write on {scope}")
+        if "WITH GRANT OPTION" in grant.upper():
+            warnings.append(f"the account can grant privileges on {scope}")
+    return list(dict.fromkeys(warnings))
+
+
+# -- the engine --------------------------------------------------------------------------------------
+
+
+class MySQL:
+    """MySQL and MariaDB (told apart per connection where they differ: the server's version text)."""
+
+    name = "mysql"
+    title = "MySQL/MariaDB"
+    default_port = 3306
+    needs_auth_profile = True
+    dialect = "mysql"
+    readonly = READONLY
+    placeholder = "%s"
+    errors: tuple[type[Exception], ...] = (pymysql.err.Error,)
+
+    @staticmethod
+    def quote(name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    @staticmethod
+    def config_problem(row: Mapping[str, Any]) -> str:
+        return "" if row.get("host") else "host is empty"
+
+    @staticmethod
+    def default_schema(target: TargetSettings) -> str:
+        return target.database or target.default_schema
+
+    # -- connections and the pool policy
+    @staticmethod
+    def connect(target: TargetSettings, *, timeout_s: float, io_timeout_s: float) -> pymysql.connections.Connection:
+        return connect_session(target, connect_timeout_s=timeout_s, io_timeout_s=io_timeout_s)
+
+    @staticmethod
+    def ping(conn: pymysql.connections.Connection, target: TargetSettings, *, timeout_s: float) -> None:
+        _ping(conn, timeout_s=timeout_s)
+
+    @staticmethod
+    def broken(conn: pymysql.connections.Connection) -> bool:
+        return not conn.open
+
+    needs_rollback = staticmethod(_needs_rollback)
+
+    @staticmethod
+    def borrowed(conn: pymysql.connections.Connection, target: TargetSettings) -> None:
+        pass
+
+    @staticmethod
+    def returned(conn: pymysql.connections.Connection) -> None:
+        pass
+
+    # -- read-only execution
+    @staticmethod
+    def execute(
+        conn: pymysql.connections.Connection,
+        sql: str,
+        *,
+        timeout_ms: int,
+        max_rows: int,
+        max_bytes: int,
+        schema: str | None = None,
+    ) -> ResultSet:
+        return timed_run(_run_mysql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+
+    @staticmethod
+    def explain_prefix(conn: pymysql.connections.Connection, *, analyze: bool) -> str:
+        if _is_mariadb(conn):
+            return "ANALYZE FORMAT=JSON " if analyze else "EXPLAIN FORMAT=JSON "
+        return "EXPLAIN ANALYZE " if analyze else "EXPLAIN FORMAT=JSON "
+
+    plan_of = staticmethod(json_plan)
+    translate = staticmethod(translate)
+
+    # -- catalogs
+    @staticmethod
+    def catalog(conn: pymysql.connections.Connection) -> MySQLCatalog:
+        return MySQLCatalog(conn)
+
+    @staticmethod
+    def table_facts(conn: pymysql.connections.Connection, schema: str, table: str) -> dict[str, Any]:
+        return _table_facts(conn, schema, table)
+
+    @staticmethod
+    def has_rowid(conn: pymysql.connections.Connection, schema: str, table: str) -> bool:
+        return False
+
+    @staticmethod
+    def snapshot(conn: pymysql.connections.Connection, schema: str, tables: list[str] | None = None) -> dict[str, Table]:
+        found = _snapshot(conn, schema, set(tables) if tables is not None else None)
+        return with_view_dependencies(found, "mysql", schema)
+
+    privilege_warnings = staticmethod(_privilege_warnings)
+
+    # -- profiling SQL (handlers/query) --
+
+    # -- accounts, processes, kill (handlers/admin) --
+
+    # -- plans and index advice (handlers/ai) --
+
+    # -- RAG source reader (retrieval ingestion) --
+
+
+ENGINE = MySQL()
