@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from backends.engines.plans import FullScan
 from backends.values import encode_row, row_bytes
 from gateway.errors import GatewayError
 
@@ -237,5 +238,9 @@ class Engine(Protocol):
     # -- accounts, processes, kill (handlers/admin) --
 
     # -- plans and index advice (handlers/ai) --
+    def full_scans(self, plan: Any) -> list[FullScan]:
+        """The tables a plan (plan_of's) reads whole, in plan order; [] when it shows none.
+        Index statements are built by handlers/ai from `quote` and `dialect`."""
+        ...
 
     # -- RAG source reader (retrieval ingestion) --

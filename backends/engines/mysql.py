@@ -33,6 +33,7 @@ from pymysql.constants import CLIENT, FIELD_TYPE, SERVER_STATUS
 
 from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
 from backends.engines.catalog import Table, add_key, empty_constraints, like_substring, new_table, with_view_dependencies
+from backends.engines.plans import FullScan, plan_objects, row_estimate
 from gateway.errors import BadValue, Cancelled, DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
 
 SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
@@ -220,6 +221,18 @@ def _run_mysql(
                 conn.select_db(conn.db)  # the pooled session keeps its default database
         except pymysql.err.MySQLError:
             pass  # the pool sees the broken connection and discards it
+
+
+# -- plans and index advice (handlers/ai) --------------------------------------------------------
+
+
+def _full_scans(plan: Any) -> list[FullScan]:
+    """Tables an EXPLAIN FORMAT=JSON plan reads whole: access_type ALL (MariaDB names each by its alias)."""
+    return [
+        FullScan(node["table_name"], node["table_name"], row_estimate(node.get("rows")))
+        for node in plan_objects(plan)
+        if node.get("access_type") == "ALL" and node.get("table_name")
+    ]
 
 
 # -- catalogs ------------------------------------------------------------------------------------
@@ -602,6 +615,7 @@ class MySQL:
     # -- accounts, processes, kill (handlers/admin) --
 
     # -- plans and index advice (handlers/ai) --
+    full_scans = staticmethod(_full_scans)
 
     # -- RAG source reader (retrieval ingestion) --
 

@@ -41,6 +41,7 @@ from psycopg.types.json import Jsonb
 
 from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
 from backends.engines.catalog import Table, add_key, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
+from backends.engines.plans import FullScan, plan_objects, row_estimate
 from gateway.errors import BadValue, Cancelled, DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
 
 KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized_view", "f": "foreign_table"}
@@ -510,6 +511,18 @@ def _pg_three_trips(
         return columns, rows, reason, size
 
 
+# -- plans and index advice (handlers/ai) --------------------------------------------------------
+
+
+def _full_scans(plan: Any) -> list[FullScan]:
+    """Tables an EXPLAIN (FORMAT JSON) plan reads whole: its Seq Scan nodes, by relation and alias."""
+    return [
+        FullScan(node["Relation Name"], node.get("Alias") or node["Relation Name"], row_estimate(node.get("Plan Rows")))
+        for node in plan_objects(plan)
+        if node.get("Node Type") == "Seq Scan" and node.get("Relation Name")
+    ]
+
+
 # -- catalogs ------------------------------------------------------------------------------------
 
 
@@ -911,6 +924,7 @@ class PostgreSQL:
     # -- accounts, processes, kill (handlers/admin) --
 
     # -- plans and index advice (handlers/ai) --
+    full_scans = staticmethod(_full_scans)
 
     # -- RAG source reader (retrieval ingestion) --
 

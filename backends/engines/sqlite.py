@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import sqlite3
 import time
 import urllib.parse
@@ -22,6 +23,7 @@ from sqlglot import exp
 
 from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, timed_run
 from backends.engines.catalog import Table, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
+from backends.engines.plans import FullScan
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
 
 KINDS = {"table": "table", "view": "view", "virtual": "virtual_table"}
@@ -139,6 +141,23 @@ def _run_sqlite(
             conn.set_progress_handler(None, 0)
         else:
             conn.deadline = previous
+
+
+# -- plans and index advice (handlers/ai) --------------------------------------------------------
+
+# "SCAN t", "SCAN TABLE t AS a" (older SQLite); "SCAN t USING [COVERING] INDEX i" is no full scan.
+_FULL_SCAN = re.compile(r"^SCAN (?:TABLE )?(?P<table>\S+)(?: AS (?P<alias>\S+))?(?! USING)", re.I)
+
+
+def _full_scans(plan: Any) -> list[FullScan]:
+    """Tables EXPLAIN QUERY PLAN's rows (plan_of's dicts) read whole: SCAN without an index; no estimates."""
+    found: list[FullScan] = []
+    for row in plan if isinstance(plan, list) else []:
+        detail = str(row.get("detail", "")) if isinstance(row, dict) else str(row)
+        match = _FULL_SCAN.match(detail)
+        if match and "USING" not in detail.upper():
+            found.append(FullScan(match["table"], match["alias"] or match["table"], None))
+    return found
 
 
 # -- catalogs ------------------------------------------------------------------------------------
@@ -452,6 +471,7 @@ class SQLite:
     # -- accounts, processes, kill (handlers/admin) --
 
     # -- plans and index advice (handlers/ai) --
+    full_scans = staticmethod(_full_scans)
 
     # -- RAG source reader (retrieval ingestion) --
 

@@ -21,7 +21,7 @@ from gateway.store import ConfigStore
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.ai.anomaly.detect import DigestBucket, Event, Evidence, TrafficBucket, detect
 from handlers.ai.recommend import advice
-from handlers.ai.recommend.plans import full_scans, suggest_index
+from handlers.ai.recommend.plans import suggest_index
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
@@ -308,14 +308,15 @@ class InsightTools:
                 notes.append(f"digest {digest['digest']}: EXPLAIN failed ({exc.code}: {exc.message})")
                 continue
             scans = []
-            for scan in full_scans(target.protocol, plan):
-                index = suggest_index(sample["sql_text"], target.protocol, scan, default_schema=sample["schema_name"])
+            engine = target.engine
+            for scan in engine.full_scans(plan):
+                index = suggest_index(sample["sql_text"], engine.dialect, scan, default_schema=sample["schema_name"])
                 if index is not None:
                     scans.append(
                         {
                             "table": index.table,
                             "rows_estimate": scan.rows_estimate,
-                            "index_statement": index.statement(target.protocol),
+                            "index_statement": index.statement(engine.quote),
                         }
                     )
             if scans:

@@ -27,7 +27,6 @@ from handlers.ai.chat import ChatProvider, ChatReply
 from handlers.ai.chat_models import ChatModels
 from handlers.ai.schema import column_names, schema_tables
 
-ENGINES = {"mysql": "MySQL/MariaDB", "pgsql": "PostgreSQL", "sqlite": "SQLite"}
 PROFILE_MAX_COLUMNS = 30
 _NO_ORDER = ("json", "bytea", "blob", "binary", "xml", "geometry", "point", "array", "[]", "tsvector", "hstore", "bit")
 
@@ -166,7 +165,7 @@ class LlmTools:
         )
         context, shown, _ = prompts.schema_context(tables, args.question, max_tokens=ctx.runtime.var("ai-context_max_tokens"))
         talk = _Conversation(model, ctx)
-        messages = prompts.sql_messages(ENGINES.get(target.protocol, target.protocol), context, args.question)
+        messages = prompts.sql_messages(target.engine.title, context, args.question)
         attempts: list[Attempt] = []
         for _round in range(ctx.runtime.var("ai-repair_rounds") + 1):
             reply = talk.ask(messages)
@@ -242,7 +241,7 @@ class LlmTools:
         material = f"SQL: {sql}\n\nResult{' (truncated)' if out['truncated'] else ''}:\n"
         material += prompts.rows_preview(columns, out["rows"], max_chars=budget // 2)
         if plan is not None:
-            material += "\n\nExecution plan (" + ENGINES.get(target.protocol, target.protocol) + "):\n"
+            material += "\n\nExecution plan (" + target.engine.title + "):\n"
             material += json.dumps(plan, default=str)[: budget // 2]
         if args.table:
             material = f"Profile of table {args.table} (row_count, then per column: non-null, distinct, min, max).\n" + material

@@ -1,66 +1,21 @@
-"""Full scans in an execution plan, and the index that would serve the statement's predicates.
+"""The index that would serve a statement's predicates on a table its plan reads whole.
 
-Plans come from explain_sql (JSON on PostgreSQL and MySQL/MariaDB; SQLite's EXPLAIN QUERY PLAN
-rows). A scan names the table by alias on MariaDB and by relation plus alias on PostgreSQL, so
-the statement is parsed (sqlglot) to map aliases to tables and to find the columns its WHERE and
-JOIN conditions compare for that alias: equality columns first, then one range column — the
-order a B-tree index serves best.
+The full scans come from the target's engine (`Engine.full_scans` over explain_sql's plan). A
+scan names the table by alias on MariaDB and by relation plus alias on PostgreSQL, so the
+statement is parsed (sqlglot, in the engine's dialect) to map aliases to tables and to find the
+columns its WHERE and JOIN conditions compare for that alias: equality columns first, then one
+range column — the order a B-tree index serves best.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
-DIALECTS = {"mysql": "mysql", "pgsql": "postgres", "sqlite": "sqlite"}
-_SQLITE_SCAN = re.compile(r"^SCAN (?:TABLE )?(?P<table>\S+)(?: AS (?P<alias>\S+))?(?! USING)", re.I)
-
-
-@dataclass(frozen=True)
-class FullScan:
-    table: str  # as the plan names it: an alias on MariaDB
-    alias: str
-    rows_estimate: int | None
-
-
-def full_scans(protocol: str, plan: Any) -> list[FullScan]:
-    """The full table scans of a plan (Seq Scan, access_type ALL, SQLite SCAN without an index)."""
-    found: list[FullScan] = []
-    if protocol == "sqlite":
-        for row in plan if isinstance(plan, list) else []:
-            detail = str(row.get("detail", "")) if isinstance(row, dict) else str(row)
-            match = _SQLITE_SCAN.match(detail)
-            if match and "USING" not in detail.upper():
-                found.append(FullScan(match["table"], match["alias"] or match["table"], None))
-        return found
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if protocol == "pgsql" and node.get("Node Type") == "Seq Scan" and node.get("Relation Name"):
-                found.append(
-                    FullScan(node["Relation Name"], node.get("Alias") or node["Relation Name"], _int(node.get("Plan Rows")))
-                )
-            if protocol == "mysql" and node.get("access_type") == "ALL" and node.get("table_name"):
-                found.append(FullScan(node["table_name"], node["table_name"], _int(node.get("rows"))))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(plan)
-    return found
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+from backends.engines.plans import FullScan
 
 
 @dataclass(frozen=True)
@@ -69,17 +24,18 @@ class IndexSuggestion:
     table: str
     columns: tuple[str, ...]
 
-    def statement(self, protocol: str) -> str:
-        quote = (lambda s: f"`{s}`") if protocol == "mysql" else (lambda s: '"' + s.replace('"', '""') + '"')
+    def statement(self, quote: Callable[[str], str]) -> str:
+        """The CREATE INDEX statement, its identifiers quoted by the target's engine (`Engine.quote`)."""
         name = "ix_" + "_".join([self.table, *self.columns])[:55]
         target = f"{quote(self.schema)}.{quote(self.table)}" if self.schema else quote(self.table)
         return f"CREATE INDEX {quote(name)} ON {target} ({', '.join(quote(c) for c in self.columns)})"
 
 
-def suggest_index(sql: str, protocol: str, scan: FullScan, *, default_schema: str = "") -> IndexSuggestion | None:
-    """The index for `scan`'s table from the statement's predicates on it, or None if none filter it."""
+def suggest_index(sql: str, dialect: str, scan: FullScan, *, default_schema: str = "") -> IndexSuggestion | None:
+    """The index for `scan`'s table from the statement's predicates on it, or None if none filter it.
+    `dialect` is sqlglot's name for the target's SQL (`Engine.dialect`)."""
     try:
-        tree = sqlglot.parse_one(sql, read=DIALECTS.get(protocol, "mysql"))
+        tree = sqlglot.parse_one(sql, read=dialect)
     except sqlglot.errors.ParseError:
         return None
     tables: dict[str, exp.Table] = {}
