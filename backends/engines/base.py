@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from backends.engines.admin import TargetAdmin
 from backends.engines.plans import FullScan
 from backends.values import encode_row, row_bytes
 from gateway.errors import GatewayError
@@ -236,6 +237,10 @@ class Engine(Protocol):
     # -- profiling SQL (handlers/query) --
 
     # -- accounts, processes, kill (handlers/admin) --
+    def admin(self, target: TargetSettings) -> TargetAdmin:
+        """The target's accounts and processes (backends/engines/admin.py); INVALID_ARGUMENT on an
+        engine that has none (SQLite: a local file)."""
+        ...
 
     # -- plans and index advice (handlers/ai) --
     def full_scans(self, plan: Any) -> list[FullScan]:

@@ -21,20 +21,43 @@ Execution:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pymysql
 import pymysql.cursors
 from pymysql.constants import CLIENT, FIELD_TYPE, SERVER_STATUS
 
+from backends.engines.admin import (
+    CONNECT_TIMEOUT_S,
+    PROCESS_NEEDS,
+    STATEMENT_CHARS,
+    STATEMENT_TIMEOUT_MS,
+    Account,
+    Privileges,
+    Process,
+    cancel_until_stopped,
+    opened,
+    scrubbed,
+)
 from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
 from backends.engines.catalog import Table, add_key, empty_constraints, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
-from gateway.errors import BadValue, Cancelled, DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
+from gateway.errors import (
+    BadValue,
+    Cancelled,
+    DeadlineExceeded,
+    GatewayError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 
 SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
 KINDS = {"BASE TABLE": "table", "VIEW": "view", "SYSTEM VIEW": "view", "SEQUENCE": "sequence"}
@@ -518,6 +541,198 @@ def _privilege_warnings(conn: Any) -> list[str]:
     return list(dict.fromkeys(warnings))
 
 
+# -- accounts, processes, kill (handlers/admin; backends/engines/admin.py) --------------------------
+
+_ADMIN_PRIVILEGED = frozenset({
+    "SUPER", "FILE", "PROCESS", "RELOAD", "SHUTDOWN", "CREATE USER", "GRANT OPTION", "ALL", "ALL PRIVILEGES",
+    "REPLICATION SLAVE", "REPLICATION CLIENT", "BINLOG ADMIN", "CONNECTION ADMIN", "READ_ONLY ADMIN",
+})  # fmt: skip
+ADMIN_PRIVILEGES = Privileges(
+    table_level=frozenset({
+        "SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "INDEX", "CREATE VIEW", "SHOW VIEW",
+        "TRIGGER", "EXECUTE", "REFERENCES", "CREATE TEMPORARY TABLES", "LOCK TABLES", "EVENT", "CREATE ROUTINE", "ALTER ROUTINE",
+    }),
+    privileged=_ADMIN_PRIVILEGED,
+    # granted ON *.*; ALL and GRANT OPTION also apply per database or table
+    role_level=_ADMIN_PRIVILEGED - {"ALL", "ALL PRIVILEGES", "GRANT OPTION"},
+)  # fmt: skip
+ADMIN_DENIED_CODES = frozenset({1044, 1045, 1142, 1143, 1227, 1095, 1410, 1370})  # "not allowed"
+KILL_NEEDS = "CONNECTION ADMIN or SUPER (to kill another account's query)"
+
+
+def mysql_native_hash(password: str) -> str:
+    """mysql_native_password's stored form: '*' + hex(SHA1(SHA1(password))), so that the plain
+    text is in no statement (logs, process lists)."""
+    return "*" + hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest().upper()  # noqa: S324 - the protocol's own
+
+
+def admin_error(exc: Exception, *, needs: str, secrets: tuple[str, ...] = ()) -> GatewayError:
+    """pymysql's exception during administration -> the gateway's; `needs` names the privilege
+    the operation requires. Only the message of a permission error is passed on (scrubbed)."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, pymysql.err.MySQLError) and exc.args and isinstance(exc.args[0], int):
+        code = exc.args[0]
+        if code in ADMIN_DENIED_CODES:
+            detail = scrubbed(str(exc.args[1]) if len(exc.args) > 1 else "", secrets)
+            return PermissionDenied(f"the target's account lacks {needs} (MariaDB {code}: {detail})")
+        if code == 1396:
+            return InvalidArgument("the operation failed: the user already exists (or, for a drop, does not)")
+        if code == 1094:
+            return NotFound("no such process")
+        if code == 1133:
+            return NotFound("no such user (create it first)")
+        return Unavailable(f"the target refused the operation (MariaDB error {code})")
+    return Unavailable(f"the operation failed ({type(exc).__name__})")
+
+
+def _admin_connect(target: TargetSettings) -> pymysql.connections.Connection:
+    """The target's session made writable, with the administration statement timeout (MariaDB)."""
+    conn = connect_session(target, connect_timeout_s=CONNECT_TIMEOUT_S, io_timeout_s=STATEMENT_TIMEOUT_MS / 1000 + 5)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION READ WRITE")
+            if _is_mariadb(conn):
+                cur.execute("SET SESSION max_statement_time = %s", (STATEMENT_TIMEOUT_MS / 1000,))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class MySQLAdmin:
+    """Accounts (user@host) and threads of a MariaDB/MySQL target."""
+
+    privileges = ADMIN_PRIVILEGES
+    accounts_have_hosts = True
+
+    def __init__(self, target: TargetSettings) -> None:
+        self.target = target
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[MySQLAdminSession]:
+        with opened(self.target.target_id, lambda: _admin_connect(self.target), (pymysql.err.MySQLError,)) as conn:
+            yield MySQLAdminSession(self.target, conn)
+
+
+class MySQLAdminSession:
+    """DDL commits at once on MariaDB: a user whose grant fails is dropped again."""
+
+    def __init__(self, target: TargetSettings, conn: pymysql.connections.Connection) -> None:
+        self.target = target
+        self.conn = conn
+
+    def _running(self) -> list[Process]:
+        elapsed = "TIME_MS / 1000" if _is_mariadb(self.conn) else "TIME"
+        with self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT ID, USER, HOST, DB, COMMAND, STATE, {elapsed}, LEFT(INFO, %s), UNIX_TIMESTAMP(NOW(6)) - {elapsed} "
+                "FROM information_schema.PROCESSLIST "
+                f"WHERE ID <> CONNECTION_ID() AND COMMAND NOT IN ('Sleep', 'Daemon', 'Binlog Dump') ORDER BY {elapsed} DESC",
+                (STATEMENT_CHARS,),
+            )
+            found = cur.fetchall()
+        return [
+            Process(
+                process_id=int(r[0]),
+                user=r[1] or "",
+                host=r[2] or "",
+                database=r[3] or "",
+                state=f"{r[4]}: {r[5] or ''}".strip(": "),
+                time_s=float(r[6] or 0),
+                statement=r[7] or "",
+                started_at=float(r[8] or 0),
+            )
+            for r in found
+        ]
+
+    def _find(self, process_id: int) -> Process | None:
+        return next((p for p in self._running() if p.process_id == process_id), None)
+
+    def processes(self) -> list[Process]:
+        try:
+            return self._running()
+        except Exception as exc:
+            raise admin_error(exc, needs=PROCESS_NEEDS) from exc
+
+    def process(self, process_id: int) -> Process | None:
+        try:
+            return self._find(process_id)
+        except Exception as exc:
+            raise admin_error(exc, needs=PROCESS_NEEDS) from exc
+
+    def kill_query(self, running: Process) -> None:
+        def cancel() -> bool:
+            with self.conn.cursor() as cur:
+                cur.execute("KILL QUERY %s", (running.process_id,))
+            return True
+
+        def still_running() -> bool:
+            now = self._find(running.process_id)
+            # gone, running something else, or started again since
+            return now is not None and now.statement == running.statement and now.time_s >= running.time_s
+
+        try:
+            cancel_until_stopped(running, cancel=cancel, still_running=still_running)
+        except Exception as exc:
+            raise admin_error(exc, needs=KILL_NEEDS) from exc
+
+    def accounts(self) -> list[Account]:
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT User, Host, is_role FROM mysql.user ORDER BY User, Host")
+                return [Account(r[0], r[1], r[2] != "Y", ["role"] if r[2] == "Y" else []) for r in cur.fetchall()]
+        except Exception as exc:
+            raise admin_error(exc, needs="SELECT on mysql.user") from exc
+
+    def _scope(self, on: str) -> str:
+        if on == "*":
+            database = self.target.database or self.target.default_schema
+            if not database:
+                raise InvalidArgument(
+                    f"target {self.target.target_id!r} names no database: give on as <database>.* or <database>.<table>"
+                )
+            return f"{MySQL.quote(database)}.*"
+        if on == "*.*":
+            return "*.*"
+        schema, _, table = on.partition(".")
+        return f"{MySQL.quote(schema)}.*" if table == "*" else f"{MySQL.quote(schema)}.{MySQL.quote(table)}"
+
+    def create_user(self, *, username: str, password: str, host: str, read_only: bool) -> list[str]:
+        secrets = (password,)
+        scope = self._scope("*") if read_only else ""
+        try:
+            with self.conn.cursor() as cur:
+                if _is_mariadb(self.conn):
+                    cur.execute("CREATE USER %s@%s IDENTIFIED BY PASSWORD %s", (username, host, mysql_native_hash(password)))
+                else:  # MySQL 8 dropped IDENTIFIED BY PASSWORD; its default plugin salts the hash itself
+                    cur.execute("CREATE USER %s@%s IDENTIFIED BY %s", (username, host, password))
+        except Exception as exc:
+            raise admin_error(exc, needs="the CREATE USER privilege", secrets=secrets) from exc
+        if not read_only:
+            return []
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(f"GRANT SELECT ON {scope} TO %s@%s", (username, host))
+        except Exception as exc:
+            with contextlib.suppress(Exception), self.conn.cursor() as cur:
+                cur.execute("DROP USER %s@%s", (username, host))  # nothing half-done
+            raise admin_error(exc, needs=f"SELECT with GRANT OPTION on {scope} (the user was not kept)", secrets=secrets) from exc
+        return [f"SELECT ON {scope}"]
+
+    def grant(self, *, username: str, host: str, privileges: list[str], on: str, role_privileges: list[str]) -> str:
+        scope = self._scope(on)
+        try:
+            with self.conn.cursor() as cur:
+                if privileges:
+                    cur.execute(f"GRANT {', '.join(privileges)} ON {scope} TO %s@%s", (username, host))
+                if role_privileges:
+                    cur.execute(f"GRANT {', '.join(role_privileges)} ON *.* TO %s@%s", (username, host))
+        except Exception as exc:
+            raise admin_error(exc, needs=f"{', '.join(privileges + role_privileges)} WITH GRANT OPTION on {scope}") from exc
+        return scope
+
+
 # -- the engine --------------------------------------------------------------------------------------
 
 
@@ -613,6 +828,9 @@ class MySQL:
     # -- profiling SQL (handlers/query) --
 
     # -- accounts, processes, kill (handlers/admin) --
+    @staticmethod
+    def admin(target: TargetSettings) -> MySQLAdmin:
+        return MySQLAdmin(target)
 
     # -- plans and index advice (handlers/ai) --
     full_scans = staticmethod(_full_scans)

@@ -26,9 +26,13 @@ psycopg 3 (it checks `if params`), so `execute(sql, ())` would still run `SELECT
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import hmac
 import itertools
 import math
+import os
 import select
 import time
 from collections.abc import Iterator, Mapping
@@ -39,10 +43,31 @@ from psycopg import sql as pgsql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from backends.engines.admin import (
+    CONNECT_TIMEOUT_S,
+    PROCESS_NEEDS,
+    STATEMENT_CHARS,
+    STATEMENT_TIMEOUT_MS,
+    Account,
+    Privileges,
+    Process,
+    cancel_until_stopped,
+    opened,
+    scrubbed,
+)
 from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
 from backends.engines.catalog import Table, add_key, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
-from gateway.errors import BadValue, Cancelled, DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
+from gateway.errors import (
+    BadValue,
+    Cancelled,
+    DeadlineExceeded,
+    GatewayError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 
 KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized_view", "f": "foreign_table"}
 ACTIONS = {"a": "NO ACTION", "r": "RESTRICT", "c": "CASCADE", "n": "SET NULL", "d": "SET DEFAULT"}
@@ -807,6 +832,206 @@ def _privilege_warnings(conn: Any) -> list[str]:
     return warnings
 
 
+# -- accounts, processes, kill (handlers/admin; backends/engines/admin.py) --------------------------
+
+_ADMIN_PRIVILEGED = frozenset({
+    "SUPERUSER", "CREATEROLE", "CREATEDB", "BYPASSRLS", "REPLICATION",
+    "PG_READ_SERVER_FILES", "PG_WRITE_SERVER_FILES", "PG_EXECUTE_SERVER_PROGRAM", "PG_SIGNAL_BACKEND",
+})  # fmt: skip
+ADMIN_PRIVILEGES = Privileges(
+    table_level=frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"}),
+    privileged=_ADMIN_PRIVILEGED,
+    role_level=_ADMIN_PRIVILEGED,  # role attributes (ALTER ROLE ... WITH) and predefined roles (pg_*)
+)
+_ROLE_ATTRIBUTES = ("superuser", "createrole", "createdb", "replication", "bypassrls")
+KILL_NEEDS = "membership in pg_signal_backend or the process's role"
+
+
+def scram_sha_256(password: str, *, iterations: int = 4096, salt: bytes | None = None) -> str:
+    """PostgreSQL's stored SCRAM-SHA-256 verifier (RFC 5802/7677), as `CREATE ROLE ... PASSWORD`
+    accepts it, so that the plain text is in no statement (logs, pg_stat_activity)."""
+    salt = salt or os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    b64 = base64.b64encode
+    return f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}${b64(stored_key).decode()}:{b64(server_key).decode()}"
+
+
+def admin_error(exc: Exception, *, needs: str, secrets: tuple[str, ...] = ()) -> GatewayError:
+    """psycopg's exception during administration -> the gateway's; `needs` names the privilege
+    the operation requires. Only the message of a permission error is passed on (scrubbed)."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return PermissionDenied(f"the target's account lacks {needs} (PostgreSQL: {scrubbed(str(exc).splitlines()[0], secrets)})")
+    if isinstance(exc, psycopg.errors.DuplicateObject):
+        return InvalidArgument("the role already exists")
+    if isinstance(exc, psycopg.errors.UndefinedObject):
+        return NotFound("no such role or object (create it first)")
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return NotFound("no such table or schema")
+    if isinstance(exc, psycopg.Error):
+        return Unavailable(f"the target refused the operation (PostgreSQL SQLSTATE {exc.sqlstate})")
+    return Unavailable(f"the operation failed ({type(exc).__name__})")
+
+
+def _admin_connect(target: TargetSettings) -> psycopg.Connection:
+    """Autocommit, not read-only, with the administration statement timeout; work that must not
+    be left half-done runs in an explicit transaction."""
+    kwargs = connect_kwargs(target, connect_timeout_s=CONNECT_TIMEOUT_S)
+    kwargs.update(options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}", application_name="mcp-gateway-admin")
+    return psycopg.connect(**kwargs, autocommit=True)
+
+
+class PostgresAdmin:
+    """Roles and backends of a PostgreSQL target (roles are cluster-wide: no host part)."""
+
+    privileges = ADMIN_PRIVILEGES
+    accounts_have_hosts = False
+
+    def __init__(self, target: TargetSettings) -> None:
+        self.target = target
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[PostgresAdminSession]:
+        with opened(self.target.target_id, lambda: _admin_connect(self.target), (psycopg.Error,)) as conn:
+            yield PostgresAdminSession(self.target, conn)
+
+
+class PostgresAdminSession:
+    """Work runs in one transaction and is checked before it commits: a GRANT the account may
+    not make is only a WARNING in PostgreSQL."""
+
+    def __init__(self, target: TargetSettings, conn: psycopg.Connection) -> None:
+        self.target = target
+        self.conn = conn
+
+    def _running(self) -> list[Process]:
+        found = self.conn.execute(
+            "SELECT pid, usename, COALESCE(client_addr::text, 'local'), datname, state, "
+            "EXTRACT(EPOCH FROM clock_timestamp() - query_start), left(query, %s), "
+            "EXTRACT(EPOCH FROM COALESCE(xact_start, query_start)) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle' "
+            "ORDER BY query_start",
+            (STATEMENT_CHARS,),
+        ).fetchall()
+        return [
+            Process(int(r[0]), r[1] or "", r[2], r[3] or "", r[4] or "", float(r[5] or 0), r[6] or "", float(r[7] or 0))
+            for r in found
+        ]
+
+    def _find(self, process_id: int) -> Process | None:
+        return next((p for p in self._running() if p.process_id == process_id), None)
+
+    def processes(self) -> list[Process]:
+        try:
+            return self._running()
+        except Exception as exc:
+            raise admin_error(exc, needs=PROCESS_NEEDS) from exc
+
+    def process(self, process_id: int) -> Process | None:
+        try:
+            return self._find(process_id)
+        except Exception as exc:
+            raise admin_error(exc, needs=PROCESS_NEEDS) from exc
+
+    def kill_query(self, running: Process) -> None:
+        def cancel() -> bool:  # False: the process is gone
+            return bool(self.conn.execute("SELECT pg_cancel_backend(%s)", (running.process_id,)).fetchone()[0])
+
+        def still_running() -> bool:
+            now = self._find(running.process_id)
+            # query_start restarts at each protocol step of a statement (parse, bind, execute); its
+            # transaction start tells one run from the next. The text of a cancelled statement stays
+            # while the session sits in the aborted transaction: not running.
+            return (
+                now is not None
+                and now.statement == running.statement
+                and now.state == "active"
+                and abs(now.started_at - running.started_at) < 0.001
+            )
+
+        try:
+            cancel_until_stopped(running, cancel=cancel, still_running=still_running)
+        except Exception as exc:
+            raise admin_error(exc, needs=KILL_NEEDS) from exc
+
+    def accounts(self) -> list[Account]:
+        try:
+            found = self.conn.execute(
+                "SELECT rolname, rolcanlogin, rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
+                "FROM pg_roles WHERE rolname !~ '^pg_' ORDER BY rolname"
+            ).fetchall()
+        except Exception as exc:
+            raise admin_error(exc, needs="read access to pg_roles") from exc
+        return [Account(r[0], "", bool(r[1]), [n for n, flag in zip(_ROLE_ATTRIBUTES, r[2:]) if flag]) for r in found]
+
+    def _scope(self, on: str) -> tuple[str, str | None]:
+        """`*` -> (default schema, None); `s.*` -> (s, None); `s.t` -> (s, t)."""
+        if on == "*":
+            return self.target.default_schema or "public", None
+        schema, _, table = on.partition(".")
+        return schema, (None if table == "*" else table)
+
+    def create_user(self, *, username: str, password: str, host: str, read_only: bool) -> list[str]:
+        """USAGE + SELECT on the default schema's tables when read_only; `host` has no meaning here."""
+        schema = self.target.default_schema or "public"
+        try:
+            with self.conn.transaction():
+                role = pgsql.Identifier(username)
+                self.conn.execute(
+                    pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(role, pgsql.Literal(scram_sha_256(password)))
+                )
+                if not read_only:
+                    return []
+                self._grant_checked(username, ["SELECT"], schema, None)
+        except Exception as exc:
+            raise admin_error(exc, needs="CREATEROLE and the right to grant SELECT", secrets=(password,)) from exc
+        return [f"USAGE ON SCHEMA {schema}", f"SELECT ON ALL TABLES IN SCHEMA {schema}"]
+
+    def grant(self, *, username: str, host: str, privileges: list[str], on: str, role_privileges: list[str]) -> str:
+        schema, table = self._scope(on)
+        try:
+            with self.conn.transaction():
+                if privileges:
+                    self._grant_checked(username, privileges, schema, table)
+                role = pgsql.Identifier(username)
+                for privilege in role_privileges:
+                    if privilege.startswith("PG_"):  # a predefined role
+                        self.conn.execute(pgsql.SQL("GRANT {} TO {}").format(pgsql.Identifier(privilege.lower()), role))
+                    else:  # a role attribute, from the allowlist
+                        self.conn.execute(pgsql.SQL("ALTER ROLE {} WITH " + privilege).format(role))
+        except Exception as exc:
+            raise admin_error(exc, needs=f"the right to grant {', '.join(privileges + role_privileges)} on {on}") from exc
+        return f"{schema}.{table or '*'}"
+
+    def _grant_checked(self, username: str, privileges: list[str], schema: str, table: str | None) -> None:
+        """GRANT inside the caller's transaction, then check it took: PostgreSQL answers a GRANT
+        the account may not make with a WARNING, not an error. Raises PermissionDenied (rolled back)."""
+        role, nsp = pgsql.Identifier(username), pgsql.Identifier(schema)
+        privs = pgsql.SQL(", ").join(pgsql.SQL(p) for p in privileges)
+        self.conn.execute(pgsql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(nsp, role))
+        if table is None:
+            self.conn.execute(pgsql.SQL("GRANT {} ON ALL TABLES IN SCHEMA {} TO {}").format(privs, nsp, role))
+        else:
+            self.conn.execute(pgsql.SQL("GRANT {} ON TABLE {}.{} TO {}").format(privs, nsp, pgsql.Identifier(table), role))
+        missing = self.conn.execute(
+            "SELECT c.relname, p.priv FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, unnest(%s::text[]) AS p(priv) "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND (%s::text IS NULL OR c.relname = %s) "
+            "AND NOT has_table_privilege(%s, c.oid, p.priv) ORDER BY 1, 2 LIMIT 5",
+            (privileges, schema, table, table, username),
+        ).fetchall()
+        if not self.conn.execute("SELECT has_schema_privilege(%s, %s, 'USAGE')", (username, schema)).fetchone()[0]:
+            missing.insert(0, (f"schema {schema}", "USAGE"))
+        if missing:
+            shown = ", ".join(f"{priv} on {name}" for name, priv in missing)
+            raise PermissionDenied(
+                f"the target's account may not grant {shown} (it needs to own them or hold them WITH GRANT OPTION); nothing was changed"
+            )
+
+
 # -- the cluster's configuration database (gateway/cluster.py) ------------------------------------
 
 
@@ -922,6 +1147,9 @@ class PostgreSQL:
     # -- profiling SQL (handlers/query) --
 
     # -- accounts, processes, kill (handlers/admin) --
+    @staticmethod
+    def admin(target: TargetSettings) -> PostgresAdmin:
+        return PostgresAdmin(target)
 
     # -- plans and index advice (handlers/ai) --
     full_scans = staticmethod(_full_scans)

@@ -21,6 +21,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from backends.engines.admin import TargetAdmin, not_supported
 from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, timed_run
 from backends.engines.catalog import Table, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan
@@ -469,6 +470,8 @@ class SQLite:
     # -- profiling SQL (handlers/query) --
 
     # -- accounts, processes, kill (handlers/admin) --
+    def admin(self, target: TargetSettings) -> TargetAdmin:
+        raise not_supported(target.target_id, self.title, self.name)  # a local file: no accounts, no other sessions
 
     # -- plans and index advice (handlers/ai) --
     full_scans = staticmethod(_full_scans)

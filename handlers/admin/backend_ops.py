@@ -4,8 +4,9 @@ They act through the target's own auth profile, so that account must hold the ri
 otherwise the answer is PERMISSION_DENIED naming the missing privilege, with nothing done.
 Guard rails beyond the engine's own: only the gateway's accounts' statements may be killed
 (unless admin-allow_kill_any), and privileges come from an allowlist; SUPER, FILE, superuser
-and their kind only when admin-allow_privileged_grants is on. SQLite targets have neither
-accounts nor processes: INVALID_ARGUMENT.
+and their kind only when admin-allow_privileged_grants is on. Each engine does the work in its
+own SQL (`target.engine.admin(target)`, backends/engines/admin.py) and has the allowlist; SQLite
+targets have neither accounts nor processes: INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import secrets as random_secrets
 
 from pydantic import Field
 
+from backends.engines.admin import STATEMENT_CHARS, TargetAdmin
 from backends.targets import Target, targets_from_runtime
 from gateway.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from gateway.variables import Variable
-from handlers.admin import engines
 from handlers.admin.shared import AuditTrail
 
 ADMIN_VARIABLES: tuple[Variable, ...] = (
@@ -36,25 +37,6 @@ ADMIN_VARIABLES: tuple[Variable, ...] = (
         "admin_grant_permissions may grant SUPER, FILE, PROCESS, superuser, pg_read_server_files and the like.",
     ),
 )
-TABLE_PRIVILEGES = {
-    "mysql": {
-        "SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "INDEX", "CREATE VIEW", "SHOW VIEW",
-        "TRIGGER", "EXECUTE", "REFERENCES", "CREATE TEMPORARY TABLES", "LOCK TABLES", "EVENT", "CREATE ROUTINE", "ALTER ROUTINE",
-    },
-    "pgsql": {"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"},
-}  # fmt: skip
-PRIVILEGED = {
-    "mysql": {
-        "SUPER", "FILE", "PROCESS", "RELOAD", "SHUTDOWN", "CREATE USER", "GRANT OPTION", "ALL", "ALL PRIVILEGES",
-        "REPLICATION SLAVE", "REPLICATION CLIENT", "BINLOG ADMIN", "CONNECTION ADMIN", "READ_ONLY ADMIN",
-    },
-    "pgsql": {
-        "SUPERUSER", "CREATEROLE", "CREATEDB", "BYPASSRLS", "REPLICATION",
-        "PG_READ_SERVER_FILES", "PG_WRITE_SERVER_FILES", "PG_EXECUTE_SERVER_PROGRAM", "PG_SIGNAL_BACKEND",
-    },
-}  # fmt: skip
-# Privileges that are not per table: granted ON *.* (MariaDB) or as role attributes/roles (PostgreSQL).
-ROLE_LEVEL = {"mysql": PRIVILEGED["mysql"] - {"ALL", "ALL PRIVILEGES", "GRANT OPTION"}, "pgsql": PRIVILEGED["pgsql"]}
 USERNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 HOST = re.compile(r"^[A-Za-z0-9_.%:-]{1,60}$")
 ON = re.compile(r"^(\*|\*\.\*|[A-Za-z0-9_$]{1,64}\.(\*|[A-Za-z0-9_$]{1,64}))$")
@@ -101,7 +83,7 @@ class ProcessOut(ToolOutput):
     database: str
     state: str
     time_s: float
-    statement: str = Field(description=f"The running statement (first {engines.STATEMENT_CHARS} characters).")
+    statement: str = Field(description=f"The running statement (first {STATEMENT_CHARS} characters).")
     started_at: float = Field(description="Unix time the statement (PostgreSQL: its transaction) began.")
     gateway_account: bool
 
@@ -157,36 +139,32 @@ class BackendTools:
     def __init__(self, trail: AuditTrail) -> None:
         self.trail = trail
 
-    def _target(self, ctx: CallContext, target_id: str) -> Target:
+    def _target(self, ctx: CallContext, target_id: str) -> tuple[Target, TargetAdmin]:
+        """The target and its engine's administration of it (INVALID_ARGUMENT for an engine without accounts)."""
         targets, skipped = targets_from_runtime(ctx.runtime)
         if target_id in skipped:
             raise Unavailable(f"target {target_id!r} is not serving: {skipped[target_id]}")
         target = targets.get(target_id)
         if target is None:
             raise NotFound(f"no target {target_id!r}; admin.list_targets shows them")
-        if target.protocol == "sqlite":
-            raise InvalidArgument(f"target {target_id!r} is SQLite: accounts and processes are not supported by sqlite")
-        return target
+        return target, target.engine.admin(target)
 
     @tool("admin_show_processes", title="Show running statements", read_only=True)
     def show_processes(self, args: ShowProcessesIn, ctx: CallContext) -> ShowProcessesOut:
         """List statements running on a target now; by default only those of the gateway's own accounts (all=true: every account the target's account may see)."""
-        target = self._target(ctx, args.target_id)
+        target, admin = self._target(ctx, args.target_id)
         ours = gateway_accounts(ctx)
-        with engines.session(target) as conn:
-            try:
-                found = engines.processes(target, conn)
-            except Exception as exc:
-                raise engines.translate(exc, needs="PROCESS (MariaDB) or pg_read_all_stats (PostgreSQL)") from exc
+        with admin.session() as session:
+            found = session.processes()
         listed = [ProcessOut(**vars(p), gateway_account=p.user in ours) for p in found if args.all or p.user in ours]
         return ShowProcessesOut(target_id=target.target_id, processes=listed[: args.limit], truncated=len(listed) > args.limit)
 
     @tool("admin_kill_query", title="Cancel a running statement", read_only=False, destructive=True)
     def kill_query(self, args: KillQueryIn, ctx: CallContext) -> KillOut:
         """Cancel one running statement on a target (its connection stays); only statements of the gateway's accounts unless admin-allow_kill_any=true."""
-        target = self._target(ctx, args.target_id)
-        with self.trail.audited(ctx, args.model_dump()) as entry, engines.session(target) as conn:
-            found = engines.process(target, conn, args.process_id)
+        target, admin = self._target(ctx, args.target_id)
+        with self.trail.audited(ctx, args.model_dump()) as entry, admin.session() as session:
+            found = session.process(args.process_id)
             if found is None:
                 raise NotFound(f"no running statement with process id {args.process_id} visible on {target.target_id!r}")
             entry.before = {"user": found.user, "statement": found.statement[:200]}
@@ -195,7 +173,7 @@ class BackendTools:
                     f"process {args.process_id} runs as {found.user!r}, not one of the gateway's accounts; "
                     "set admin-allow_kill_any=true to kill any account's statements"
                 )
-            engines.kill_query(target, conn, found)
+            session.kill_query(found)
             entry.after = {"killed": True}
         return KillOut(
             target_id=target.target_id, process_id=args.process_id, user=found.user, statement=found.statement, killed=True
@@ -204,10 +182,10 @@ class BackendTools:
     @tool("admin_list_users", title="List database accounts", read_only=True)
     def list_users(self, args: TargetIn, ctx: CallContext) -> ListUsersOut:
         """List the database accounts (MariaDB users, PostgreSQL roles) of a target, marking the gateway's own."""
-        target = self._target(ctx, args.target_id)
+        target, admin = self._target(ctx, args.target_id)
         ours = gateway_accounts(ctx)
-        with engines.session(target) as conn:
-            found = engines.accounts(target, conn)
+        with admin.session() as session:
+            found = session.accounts()
         return ListUsersOut(
             target_id=target.target_id, users=[UserOut(**vars(a), gateway_account=a.username in ours) for a in found]
         )
@@ -215,7 +193,7 @@ class BackendTools:
     @tool("admin_create_user", title="Create a database account", read_only=False)
     def create_user(self, args: CreateUserIn, ctx: CallContext) -> CreateUserOut:
         """Create a database login on a target, read-only by default (SELECT on its database or schema); a generated password is returned once."""
-        target = self._target(ctx, args.target_id)
+        target, admin = self._target(ctx, args.target_id)
         _check_names(args.username, args.host)
         if args.password is not None and len(args.password) < MIN_PASSWORD_CHARS:
             raise InvalidArgument(
@@ -224,15 +202,13 @@ class BackendTools:
         password = args.password or random_secrets.token_urlsafe(18)
         with self.trail.audited(ctx, args.model_dump()) as entry:
             entry.extra_secrets.append(password)
-            with engines.session(target) as conn:
-                granted = engines.create_user(
-                    target, conn, username=args.username, password=password, host=args.host, read_only=args.read_only
-                )
+            with admin.session() as session:
+                granted = session.create_user(username=args.username, password=password, host=args.host, read_only=args.read_only)
             entry.after = {"username": args.username, "granted": granted}
         return CreateUserOut(
             target_id=target.target_id,
             username=args.username,
-            host=args.host if target.protocol == "mysql" else "",
+            host=args.host if admin.accounts_have_hosts else "",
             password=None if args.password else password,
             granted=granted,
         )
@@ -240,27 +216,28 @@ class BackendTools:
     @tool("admin_grant_permissions", title="Grant privileges", read_only=False, idempotent=True)
     def grant_permissions(self, args: GrantIn, ctx: CallContext) -> GrantOut:
         """Grant privileges from an allowlist to a database account on a target; SUPER, FILE, superuser and the like only when admin-allow_privileged_grants=true."""
-        target = self._target(ctx, args.target_id)
+        target, admin = self._target(ctx, args.target_id)
         _check_names(args.username, args.host)
         if not ON.match(args.on):
             raise InvalidArgument("on must be '*', '<schema>.*' or '<schema>.<table>' (letters, digits, _ and $)")
         with self.trail.audited(ctx, args.model_dump()) as entry:
             privileges = [" ".join(p.upper().split()) for p in args.privileges]
-            privileged = sorted(p for p in privileges if p in PRIVILEGED[target.protocol])
-            unknown = sorted(set(privileges) - TABLE_PRIVILEGES[target.protocol] - PRIVILEGED[target.protocol])
+            allowlist = admin.privileges
+            privileged = sorted(p for p in privileges if p in allowlist.privileged)
+            unknown = sorted(set(privileges) - allowlist.known)
             if unknown:
-                allowed = ", ".join(sorted(TABLE_PRIVILEGES[target.protocol]))
-                raise InvalidArgument(f"privilege(s) {', '.join(unknown)} not on the allowlist for {target.protocol}: {allowed}")
+                allowed = ", ".join(sorted(allowlist.table_level))
+                raise InvalidArgument(
+                    f"privilege(s) {', '.join(unknown)} not on the allowlist for {target.engine.name}: {allowed}"
+                )
             if privileged and not ctx.runtime.var("admin-allow_privileged_grants"):
                 raise PermissionDenied(f"{', '.join(privileged)} is never granted unless admin-allow_privileged_grants=true")
             if args.on == "*.*" and not ctx.runtime.var("admin-allow_privileged_grants"):
                 raise PermissionDenied("grants on *.* (every database) need admin-allow_privileged_grants=true")
-            role_level = [p for p in privileges if p in ROLE_LEVEL[target.protocol]]
+            role_level = [p for p in privileges if p in allowlist.role_level]
             table_level = [p for p in privileges if p not in role_level]
-            with engines.session(target) as conn:
-                scope = engines.grant(
-                    target,
-                    conn,
+            with admin.session() as session:
+                scope = session.grant(
                     username=args.username,
                     host=args.host,
                     privileges=table_level,

@@ -4,7 +4,7 @@
     config_edits.py  structured edits of profiles, rules and RAG sources (memory layer)
     layers.py        load to runtime, save to disk, load from disk, diff, admin_reload
     tokens.py        rotate, revoke and list bearer tokens
-    backend_ops.py   processes, kill, users, create user, grant (engines.py: the engines' SQL)
+    backend_ops.py   processes, kill, users, create user, grant (each engine's SQL: backends/engines/admin.py)
     audit_tools.py   the audit trail; admin_flush_cache
 
 Every change is written to the audit trail (gateway/audit.py) through shared.AuditTrail.audited.

@@ -10,7 +10,8 @@ import psycopg
 import pymysql
 from conftest import MARIADB, POSTGRES
 
-from handlers.admin.engines import mysql_native_hash, scram_sha_256
+from backends.engines.mysql import mysql_native_hash
+from backends.engines.postgresql import scram_sha_256
 
 
 def test_scram_verifier_matches_postgresql() -> None:
