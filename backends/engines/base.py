@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from backends.engines.admin import TargetAdmin
 from backends.engines.plans import FullScan
+from backends.engines.profiling import Profiling
 from backends.values import encode_row, row_bytes
 from gateway.errors import GatewayError
 
@@ -235,6 +236,9 @@ class Engine(Protocol):
         ...
 
     # -- profiling SQL (handlers/query) --
+    profiling: Profiling  # what table_profile, column_profile and suggest_joins build their SQL from
+    explain_analyze: bool  # explain_sql can run analyze=true (SQLite: EXPLAIN QUERY PLAN only)
+    database_is_schema: bool  # a target's database is one schema (MySQL): a catalog harvest defaults to it
 
     # -- accounts, processes, kill (handlers/admin) --
     def admin(self, target: TargetSettings) -> TargetAdmin:

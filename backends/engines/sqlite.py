@@ -25,6 +25,7 @@ from backends.engines.admin import TargetAdmin, not_supported
 from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, timed_run
 from backends.engines.catalog import Table, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan
+from backends.engines.profiling import Profiling
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
 
 KINDS = {"table": "table", "view": "view", "virtual": "virtual_table"}
@@ -357,6 +358,40 @@ def _snapshot(conn: Any, schema: str, only: set[str] | None) -> dict[str, Table]
     return out
 
 
+# -- profiling (handlers/query) ------------------------------------------------------------------
+
+
+def _type_family(declared: str) -> str:
+    """SQLite's affinity rules, with dates, booleans and JSON told apart by their declared names."""
+    t = (declared or "").lower().strip()
+    if "bool" in t:
+        return "boolean"
+    if "int" in t:
+        return "integer"
+    if "date" in t or "time" in t:
+        return "temporal"
+    if "json" in t:
+        return "json"
+    if any(word in t for word in ("char", "clob", "text")):
+        return "string"
+    if "blob" in t:
+        return "binary"
+    if not t:
+        return "other"
+    if any(word in t for word in ("real", "floa", "doub", "num", "dec")):
+        return "decimal"
+    return "other"
+
+
+PROFILING = Profiling(
+    exact_count_max_rows=5_000_000,
+    epoch="(JULIANDAY({}) - 2440587.5) * 86400.0",
+    implicit_key="rowid",
+    untyped_columns=True,  # a column may be declared without a type
+    type_family=_type_family,
+)
+
+
 # -- least privilege (backends/privileges.py) -----------------------------------------------------
 
 
@@ -468,6 +503,9 @@ class SQLite:
     privilege_warnings = staticmethod(_privilege_warnings)
 
     # -- profiling SQL (handlers/query) --
+    profiling = PROFILING
+    explain_analyze = False  # EXPLAIN QUERY PLAN only
+    database_is_schema = False  # the file is schema "main"
 
     # -- accounts, processes, kill (handlers/admin) --
     def admin(self, target: TargetSettings) -> TargetAdmin:

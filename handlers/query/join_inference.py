@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from handlers.query.profile_sql import type_family
+from backends.engines.profiling import Profiling
 
 NAME_SCORES = {
     "table_and_key_name": 0.6,  # customer_id -> customers.id
@@ -78,13 +78,13 @@ def name_signal(child_column: str, parent_table: str, parent_column: str) -> str
     return None
 
 
-def type_score(child_type: str, parent_type: str, protocol: str) -> tuple[float, bool]:
-    a, b = type_family(child_type, protocol), type_family(parent_type, protocol)
+def type_score(child_type: str, parent_type: str, facts: Profiling) -> tuple[float, bool]:
+    a, b = facts.type_family(child_type), facts.type_family(parent_type)
     if a == b and a not in ("binary", "json", "other"):
         return TYPE_SAME, True
     if frozenset({a, b}) in COMPATIBLE:
         return TYPE_COMPATIBLE, True
-    if protocol == "sqlite" and "other" in (a, b):  # SQLite columns may be declared without a type
+    if facts.untyped_columns and "other" in (a, b):  # a column declared without a type (SQLite)
         return TYPE_COMPATIBLE, True
     return 0.0, False
 
@@ -143,7 +143,7 @@ def declared_candidates(schema: str, tables: dict[str, Any], involved: set[str])
 
 
 def inferred_candidates(
-    schema: str, child: dict[str, Any], parents: list[dict[str, Any]], protocol: str, *, only_column: str | None = None
+    schema: str, child: dict[str, Any], parents: list[dict[str, Any]], facts: Profiling, *, only_column: str | None = None
 ) -> list[Candidate]:
     """Name + type + key evidence for child's columns against each parent's keys (no data read)."""
     out = []
@@ -163,7 +163,7 @@ def inferred_candidates(
                 signal = name_signal(column["name"], parent["name"], target["name"])
                 if signal is None:
                     continue
-                t_score, compatible = type_score(column["type"] or "", target["type"] or "", protocol)
+                t_score, compatible = type_score(column["type"] or "", target["type"] or "", facts)
                 if not compatible:
                     continue
                 base = NAME_SCORES[signal] + t_score + (KEY_DECLARED if is_key else KEY_ASSUMED)

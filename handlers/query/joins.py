@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from backends.engines.base import Engine
 from backends.sql import ReadOnlySql, Statement
 from backends.targets import default_schema
 from gateway.errors import DeadlineExceeded
@@ -24,7 +25,7 @@ from handlers.query.catalog.access import DiscoveryCatalog
 from handlers.query.discovery import CatalogReaders
 from handlers.query.join_inference import Candidate
 from handlers.query.lookup import require_column, require_table
-from handlers.query.profile_sql import containment_sql, ident, table_sql
+from handlers.query.profile_sql import containment_sql, table_sql
 
 CONTAINMENT_VALUES = 1000  # distinct child values checked per candidate
 MAX_PROBES = 12  # candidates whose containment is measured per call (the strongest first)
@@ -76,17 +77,16 @@ class JoinsOut(ToolOutput):
     stats: dict[str, Any]
 
 
-def render(candidate: Candidate, protocol: str) -> JoinCandidate:
-    child = ident(candidate.from_table, protocol)
+def render(candidate: Candidate, engine: Engine) -> JoinCandidate:
+    child = engine.quote(candidate.from_table)
     same_name = candidate.from_table == candidate.to_table
-    parent = ident("parent", protocol) if same_name else ident(candidate.to_table, protocol)
+    parent = engine.quote("parent") if same_name else engine.quote(candidate.to_table)
     on = " AND ".join(
-        f"{child}.{ident(c, protocol)} = {parent}.{ident(p, protocol)}"
-        for c, p in zip(candidate.from_columns, candidate.to_columns)
+        f"{child}.{engine.quote(c)} = {parent}.{engine.quote(p)}" for c, p in zip(candidate.from_columns, candidate.to_columns)
     )
-    parent_from = table_sql(candidate.to_schema, candidate.to_table, protocol) + (f" AS {parent}" if same_name else "")
+    parent_from = table_sql(candidate.to_schema, candidate.to_table, engine) + (f" AS {parent}" if same_name else "")
     example = (
-        f"SELECT * FROM {table_sql(candidate.from_schema, candidate.from_table, protocol)} JOIN {parent_from} ON {on} LIMIT 10"
+        f"SELECT * FROM {table_sql(candidate.from_schema, candidate.from_table, engine)} JOIN {parent_from} ON {on} LIMIT 10"
     )
     return JoinCandidate(
         from_schema=candidate.from_schema, from_table=candidate.from_table, from_columns=candidate.from_columns,
@@ -113,7 +113,7 @@ class JoinTools:
             sql = containment_sql(
                 (candidate.from_schema, candidate.from_table, candidate.from_columns[0]),
                 (candidate.to_schema, candidate.to_table, candidate.to_columns[0]),
-                target.protocol,
+                target.engine,
                 sample_values=CONTAINMENT_VALUES,
             )
             try:
@@ -170,10 +170,10 @@ class JoinTools:
             c for c in self.catalog.recorded_relationships(target.target_id, schema)
             if args.table_a in (c.from_table, c.to_table) and (not args.table_b or {c.from_table, c.to_table} <= involved)
         ]  # fmt: skip
-        inferred = infer.inferred_candidates(schema, a, others, target.protocol)
+        inferred = infer.inferred_candidates(schema, a, others, target.engine.profiling)
         for other in others:
             if other["name"] != args.table_a:
-                inferred += infer.inferred_candidates(schema, other, [a], target.protocol)
+                inferred += infer.inferred_candidates(schema, other, [a], target.engine.profiling)
         known = {c.key() for c in declared + recorded}
         inferred = infer.strongest_per_column([c for c in inferred if c.key() not in known])
         complete = self._measure(ctx, target, inferred, "suggest_joins", self._deadline(ctx, target))
@@ -181,7 +181,7 @@ class JoinTools:
         return JoinsOut(
             target_id=target.target_id,
             schema=schema,
-            candidates=[render(c, target.protocol) for c in ranked[: args.max_candidates]],
+            candidates=[render(c, target.engine) for c in ranked[: args.max_candidates]],
             truncated=len(ranked) > args.max_candidates or not complete,
             stats={"ms": int((time.monotonic() - started) * 1000), "tables_compared": len(others)},
         )
@@ -208,14 +208,14 @@ class JoinTools:
         ]  # fmt: skip
         parents = [t for t in tables.values() if t["type"] == "table"]
         known = {c.key() for c in declared + recorded}
-        inferred = infer.inferred_candidates(schema, child, parents, target.protocol, only_column=args.column)
+        inferred = infer.inferred_candidates(schema, child, parents, target.engine.profiling, only_column=args.column)
         inferred = infer.strongest_per_column([c for c in inferred if c.key() not in known])
         complete = self._measure(ctx, target, inferred, "find_reference_candidates", self._deadline(ctx, target))
         ranked = self._rank(declared, recorded, inferred, 0.0)
         return JoinsOut(
             target_id=target.target_id,
             schema=schema,
-            candidates=[render(c, target.protocol) for c in ranked[: args.max_tables]],
+            candidates=[render(c, target.engine) for c in ranked[: args.max_tables]],
             truncated=len(ranked) > args.max_tables or not complete,
             stats={"ms": int((time.monotonic() - started) * 1000), "tables_compared": len(parents)},
         )

@@ -20,7 +20,7 @@ from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.query.discovery import CatalogReaders
 from handlers.query.lookup import require_column, require_table
 from handlers.query.profile_run import OutOfBudget, Profiler, TableShape, column_summary
-from handlers.query.profile_sql import ColumnSpec, type_family
+from handlers.query.profile_sql import ColumnSpec
 
 MAX_PROFILED_COLUMNS = 200
 DEFAULT_SAMPLE_ROWS = 20_000
@@ -130,13 +130,15 @@ class ColumnProfileOut(ToolOutput):
     stats: dict[str, Any]
 
 
-def integer_key(protocol: str, constraints: dict[str, Any], columns: list[ColumnSpec], has_rowid: bool) -> str | None:
+def integer_key(constraints: dict[str, Any], columns: list[ColumnSpec], implicit_key: str) -> str | None:
+    """A single-column integer primary key, else the engine's implicit row key ('' when the
+    table has none) unless a column shadows its name."""
     pk = (constraints.get("primary_key") or {}).get("columns") or []
     if len(pk) == 1:
         family = next((c.family for c in columns if c.name == pk[0]), "")
         if family == "integer":
             return pk[0]
-    return "rowid" if protocol == "sqlite" and has_rowid and not any(c.name.lower() == "rowid" for c in columns) else None
+    return implicit_key if implicit_key and not any(c.name.lower() == implicit_key for c in columns) else None
 
 
 class ProfileTools:
@@ -155,14 +157,15 @@ class ProfileTools:
             constraints = catalog.constraints(schema, args.table) if kind == "table" else {}
             known = target.engine.table_facts(catalog.conn, schema, args.table)
             has_rowid = target.engine.has_rowid(catalog.conn, schema, args.table)
-        columns = [ColumnSpec(c["name"], c["type"] or "", type_family(c["type"] or "", target.protocol)) for c in raw]
+        facts = target.engine.profiling
+        columns = [ColumnSpec(c["name"], c["type"] or "", facts.type_family(c["type"] or "")) for c in raw]
         shape = TableShape(
-            protocol=target.protocol,
+            engine=target.engine,
             schema=schema,
             table=args.table,
             columns=columns,
             rows_estimate=known["rows_estimate"] if kind == "table" else None,
-            integer_key=integer_key(target.protocol, constraints, columns, has_rowid) if kind == "table" else None,
+            integer_key=integer_key(constraints, columns, facts.implicit_key if has_rowid else "") if kind == "table" else None,
             is_table=kind in ("table", "materialized_view"),
             unique_columns=frozenset(
                 k[0]
@@ -177,9 +180,7 @@ class ProfileTools:
 
     def _profiler(self, ctx: CallContext, target: Any, shape: TableShape, tool_name: str) -> Profiler:
         def run(sql: str, timeout_ms: int) -> dict[str, Any]:
-            return self.sql.run(
-                ctx, Statement(sql=sql, target_id=target.target_id, timeout_ms=timeout_ms, tool_name=tool_name)
-            )
+            return self.sql.run(ctx, Statement(sql=sql, target_id=target.target_id, timeout_ms=timeout_ms, tool_name=tool_name))
 
         budget_s = min(target.timeout_ms / 1000, max(0.0, ctx.remaining_s() - 0.05))
         return Profiler(run=run, shape=shape, deadline=time.monotonic() + budget_s)

@@ -20,14 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.engines.base import Engine
 from gateway.errors import DeadlineExceeded
 from handlers.query import profile_sql as q
 from handlers.query.profile_sql import ColumnSpec, Sample
 
 RunSql = Callable[[str, int], dict[str, Any]]  # (sql, timeout_ms) -> the shared path's result
-# Above the engine's estimate, COUNT(*) is not tried: InnoDB walks an index for it (~0.15-0.3 s
-# per million rows, a sixth of a 2 s budget); PostgreSQL counts a million rows in ~60 ms.
-EXACT_COUNT_MAX_ROWS = {"mysql": 500_000, "pgsql": 5_000_000, "sqlite": 5_000_000}
 COUNT_BUDGET_SHARE = 0.3  # an exact count may use this much of the budget before the estimate is used
 AGGREGATE_COLUMNS = 40  # columns per aggregate statement
 MIN_STATEMENT_MS = 20  # less budget than this left: stop instead of starting a statement
@@ -53,7 +51,7 @@ class OutOfBudget(Exception):
 class TableShape:
     """What the catalog said about the table before any statement ran."""
 
-    protocol: str
+    engine: Engine
     schema: str
     table: str
     columns: list[ColumnSpec]
@@ -96,9 +94,10 @@ class Profiler:
     def count_rows(self) -> None:
         s = self.shape
         estimate = s.rows_estimate
-        if estimate is None or estimate <= EXACT_COUNT_MAX_ROWS[s.protocol]:
+        # Above the engine's estimate, COUNT(*) is not tried (Profiling.exact_count_max_rows).
+        if estimate is None or estimate <= s.engine.profiling.exact_count_max_rows:
             try:
-                self.rows = int(self._query(q.count_sql(s.schema, s.table, s.protocol), share=COUNT_BUDGET_SHARE)[0][0])
+                self.rows = int(self._query(q.count_sql(s.schema, s.table, s.engine), share=COUNT_BUDGET_SHARE)[0][0])
                 return
             except DeadlineExceeded:
                 if estimate is None:
@@ -109,18 +108,18 @@ class Profiler:
     def choose_sample(self, sample_rows: int) -> Sample:
         s = self.shape
         if self.rows <= sample_rows:
-            self.sample = q.full_table(s.schema, s.table, s.protocol)
-        elif s.protocol == "pgsql" and s.is_table:
-            self.sample = q.bernoulli(s.schema, s.table, self.rows, sample_rows)
+            self.sample = q.full_table(s.schema, s.table, s.engine)
+        elif s.engine.profiling.bernoulli_sample and s.is_table:
+            self.sample = q.bernoulli(s.schema, s.table, s.engine, self.rows, sample_rows)
         elif s.integer_key:
-            low, high = self._query(q.key_range_sql(s.schema, s.table, s.protocol, s.integer_key))[0]
+            low, high = self._query(q.key_range_sql(s.schema, s.table, s.engine, s.integer_key))[0]
             if low is None or high is None:
-                self.sample = q.full_table(s.schema, s.table, s.protocol)
+                self.sample = q.full_table(s.schema, s.table, s.engine)
             else:
-                self.sample = q.key_windows(s.schema, s.table, s.protocol, s.integer_key, int(low), int(high), sample_rows)
+                self.sample = q.key_windows(s.schema, s.table, s.engine, s.integer_key, int(low), int(high), sample_rows)
 
         else:
-            self.sample = q.first_rows(s.schema, s.table, s.protocol, sample_rows)
+            self.sample = q.first_rows(s.schema, s.table, s.engine, sample_rows)
             self.notes.append(
                 "no integer key to spread the sample over (or a view): the sample is the first rows the engine returns"
             )
@@ -140,7 +139,7 @@ class Profiler:
 
     def run_aggregate(self, columns: list[ColumnSpec]) -> dict[str, Any]:
         assert self.sample is not None
-        rows = self._query(q.aggregate_sql(columns, self.sample, self.shape.protocol))
+        rows = self._query(q.aggregate_sql(columns, self.sample, self.shape.engine))
         values = iter(rows[0])
         out: dict[str, Any] = {"n": int(next(values) or 0)}
         for column in columns:
@@ -176,7 +175,7 @@ class Profiler:
         """(top values with counts, the sample's shape: d distinct, f1 seen once, k2 sum of squared
         counts, repeated values seen more than once, crossing those seen in more than one window)."""
         assert self.sample is not None
-        rows = self._query(q.frequency_sql(column, self.sample, self.shape.protocol, top_k))
+        rows = self._query(q.frequency_sql(column, self.sample, self.shape.engine, top_k))
         if not rows:
             return [], {"d": 0, "f1": 0, "k2": 0, "repeated": 0, "crossing": 0}
         top = [{"value": r[0], "count": int(r[1])} for r in rows]
@@ -188,13 +187,13 @@ class Profiler:
 
     def histogram(self, column: ColumnSpec, buckets: int) -> list[dict[str, Any]]:
         assert self.sample is not None
-        low, high = (q.as_float(v) for v in self._query(q.axis_range_sql(column, self.sample, self.shape.protocol))[0])
+        low, high = (q.as_float(v) for v in self._query(q.axis_range_sql(column, self.sample, self.shape.engine))[0])
         if low is None or high is None:
             return []
         if high == low:
-            total = self._query(q.aggregate_sql([column], self.sample, self.shape.protocol))[0][1]
+            total = self._query(q.aggregate_sql([column], self.sample, self.shape.engine))[0][1]
             return [{"low": low, "high": high, "count": int(total or 0)}]
-        rows = self._query(q.histogram_sql(column, self.sample, self.shape.protocol, low, high, buckets))
+        rows = self._query(q.histogram_sql(column, self.sample, self.shape.engine, low, high, buckets))
         width = (high - low) / buckets
         counts = {int(q.as_float(b) or 0): int(k) for b, k in rows}
         return [
@@ -204,7 +203,7 @@ class Profiler:
 
     def pattern_hints(self, column: ColumnSpec) -> list[dict[str, Any]]:
         assert self.sample is not None
-        rows = self._query(q.distinct_values_sql(column, self.sample, self.shape.protocol, PATTERN_VALUES))
+        rows = self._query(q.distinct_values_sql(column, self.sample, self.shape.engine, PATTERN_VALUES))
         values = [str(r[0]) for r in rows if isinstance(r[0], str)]
         if not values:
             return []

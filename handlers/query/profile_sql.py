@@ -1,17 +1,21 @@
-"""The SQL of table_profile and column_profile, per engine, and the estimators that read it.
+"""The SQL of table_profile and column_profile, and the estimators that read it.
 
 Every statement is built here from quoted identifiers (the caller's names never reach SQL
-text unquoted) and handed to the shared read-only path, which checks it, applies the query
-rules, caps and the timeout like any run_sql_readonly statement.
+text unquoted) and from the engine's profiling facts (backends/engines/profiling.py: its
+length and epoch functions, how it reads a value as text, its row sampling), then handed to
+the shared read-only path, which checks it, applies the query rules, caps and the timeout
+like any run_sql_readonly statement.
 
 Sampling, when a table has more rows than the sample asks for:
-    PostgreSQL   TABLESAMPLE BERNOULLI (p) REPEATABLE (seed): every statement of one profile
-                 reads the same rows (~20 ms on 1M rows against ~60 ms for a count).
-    MySQL/SQLite With a single-column integer key (or SQLite's rowid): WINDOWS windows, one in
-                 each of WINDOWS equal strata of the key range, each from a seeded random
-                 start, non-overlapping, read through the key index. A full scan with RAND()
-                 costs ~0.2 s per statement on 1M MariaDB rows and a profile runs one per
-                 column; the windows cost ~10 ms. Without such a key: the first rows.
+    Bernoulli    Where the engine samples rows itself (PostgreSQL: TABLESAMPLE BERNOULLI (p)
+                 REPEATABLE (seed)): every statement of one profile reads the same rows
+                 (~20 ms on 1M rows against ~60 ms for a count).
+    Key windows  Otherwise (MySQL, SQLite), with a single-column integer key (or SQLite's
+                 rowid): WINDOWS windows, one in each of WINDOWS equal strata of the key
+                 range, each from a seeded random start, non-overlapping, read through the key
+                 index. A full scan with RAND() costs ~0.2 s per statement on 1M MariaDB rows
+                 and a profile runs one per column; the windows cost ~10 ms. Without such a
+                 key: the first rows.
 
 Distinct counts from a sample (estimate_distinct): the occupancy estimator when the
 sampled values have similar frequencies, else Haas and Stokes' Duj1 (PostgreSQL's ANALYZE
@@ -26,13 +30,11 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlglot import exp
+from backends.engines.base import Engine
 
-DIALECTS = {"mysql": "mysql", "pgsql": "postgres", "sqlite": "sqlite"}
 SEED = 42  # one profile's statements read the same sample, and a repeated profile the same numbers
 WINDOWS = 20
 WINDOW_COLUMN = "mcp_sample_window"  # which key window a sampled row came from
@@ -41,85 +43,23 @@ ORDERED = ("integer", "decimal", "temporal")
 GROUPABLE_AS_TEXT = ("json", "other")  # PostgreSQL json/xml/arrays have no '=' usable by GROUP BY
 
 
-# -- types ---------------------------------------------------------------------------------
-
-
-def type_family(declared: str, protocol: str) -> str:
-    """integer | decimal | string | temporal | boolean | uuid | json | binary | other."""
-    t = (declared or "").lower().strip()
-    if protocol == "sqlite":
-        return _sqlite_family(t)
-    if t.endswith("[]"):
-        return "other"
-    base = t.split("(")[0].strip()
-    if base in ("tinyint", "bool", "boolean") and (base != "tinyint" or t.startswith("tinyint(1)")):
-        return "boolean"
-    if base == "uuid":
-        return "uuid"
-    if base in ("json", "jsonb"):
-        return "json"
-    if base in ("bytea", "blob", "tinyblob", "mediumblob", "longblob", "binary", "varbinary", "bit"):
-        return "binary"
-    if re.search(r"\b(tiny|small|medium|big)?int(eger)?\b|serial", base) or base in ("int2", "int4", "int8", "year"):
-        return "integer"
-    if re.search(r"decimal|numeric|real|double|float|money", base):
-        return "decimal"
-    if re.search(r"^(date|time|timestamp|datetime)", base):
-        return "temporal"
-    if re.search(r"char|text|enum|^set$|citext|^name$", base):
-        return "string"
-    return "other"
-
-
-def _sqlite_family(t: str) -> str:
-    """SQLite's affinity rules, with dates, booleans and JSON told apart by their declared names."""
-    if "bool" in t:
-        return "boolean"
-    if "int" in t:
-        return "integer"
-    if "date" in t or "time" in t:
-        return "temporal"
-    if "json" in t:
-        return "json"
-    if any(word in t for word in ("char", "clob", "text")):
-        return "string"
-    if "blob" in t:
-        return "binary"
-    if not t:
-        return "other"
-    if any(word in t for word in ("real", "floa", "doub", "num", "dec")):
-        return "decimal"
-    return "other"
-
-
 # -- identifiers and expressions ------------------------------------------------------------
 
 
-def ident(name: str, protocol: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql(dialect=DIALECTS[protocol])
+def table_sql(schema: str, table: str, engine: Engine) -> str:
+    return f"{engine.quote(schema)}.{engine.quote(table)}"
 
 
-def table_sql(schema: str, table: str, protocol: str) -> str:
-    return f"{ident(schema, protocol)}.{ident(table, protocol)}"
+def length_sql(column: str, family: str, engine: Engine) -> str:
+    """Characters of a text value (a non-string one read as text), bytes of a binary one."""
+    facts = engine.profiling
+    if family == "binary":
+        return facts.byte_length.format(column)
+    return facts.length.format(column if family == "string" else facts.as_text.format(column))
 
 
-def length_sql(column: str, protocol: str) -> str:
-    return f"CHAR_LENGTH({column})" if protocol == "mysql" else f"LENGTH({column})"
-
-
-def group_sql(column: str, family: str, protocol: str) -> str:
-    if protocol == "pgsql" and family in GROUPABLE_AS_TEXT:
-        return f"CAST({column} AS TEXT)"
-    return column
-
-
-def epoch_sql(column: str, protocol: str) -> str:
-    """Seconds since 1970 of a date/time value: the histogram's numeric axis for temporal columns."""
-    if protocol == "pgsql":
-        return f"EXTRACT(EPOCH FROM {column})"
-    if protocol == "mysql":
-        return f"UNIX_TIMESTAMP({column})"
-    return f"(JULIANDAY({column}) - 2440587.5) * 86400.0"
+def group_sql(column: str, family: str, engine: Engine) -> str:
+    return engine.profiling.as_text.format(column) if family in GROUPABLE_AS_TEXT else column
 
 
 # -- the sample ----------------------------------------------------------------------------
@@ -131,23 +71,24 @@ class Sample:
     sampled: bool
     method: str  # full | bernoulli | key_windows | first_rows
 
-    def source(self, columns: list[ColumnSpec], protocol: str) -> str:
+    def source(self, columns: list[ColumnSpec], engine: Engine) -> str:
         """The FROM item reading only `columns`: a derived sample carries no column no statement
         needs (the windows of 20,000 rows cost half as much with one column as with seven)."""
-        return self.template.replace("{cols}", ", ".join(ident(c.name, protocol) for c in columns) or "*")
+        return self.template.replace("{cols}", ", ".join(engine.quote(c.name) for c in columns) or "*")
 
 
-def full_table(schema: str, table: str, protocol: str) -> Sample:
-    return Sample(f"{table_sql(schema, table, protocol)} AS s", False, "full")
+def full_table(schema: str, table: str, engine: Engine) -> Sample:
+    return Sample(f"{table_sql(schema, table, engine)} AS s", False, "full")
 
 
-def bernoulli(schema: str, table: str, rows: int, sample_rows: int) -> Sample:
+def bernoulli(schema: str, table: str, engine: Engine, rows: int, sample_rows: int) -> Sample:
+    """The engine's own seeded row sampling (Profiling.bernoulli_sample; only for tables)."""
     percent = min(100.0, 100.0 * sample_rows / max(rows, 1))
-    source = f"{table_sql(schema, table, 'pgsql')} AS s TABLESAMPLE BERNOULLI ({percent:.6f}) REPEATABLE ({SEED})"
-    return Sample(source, True, "bernoulli")
+    clause = engine.profiling.bernoulli_sample.format(percent=percent, seed=SEED)
+    return Sample(f"{table_sql(schema, table, engine)} AS s {clause}", True, "bernoulli")
 
 
-def key_windows(schema: str, table: str, protocol: str, key: str, low: int, high: int, sample_rows: int) -> Sample:
+def key_windows(schema: str, table: str, engine: Engine, key: str, low: int, high: int, sample_rows: int) -> Sample:
     """WINDOWS non-overlapping runs of the key index, one per stratum of [low, high]."""
     span = high - low + 1
     strata = max(1, min(WINDOWS, span))
@@ -160,8 +101,8 @@ def key_windows(schema: str, table: str, protocol: str, key: str, low: int, high
         upper = low + int((i + 1) * width)  # exclusive
         slack = max(0, upper - lower - per_window)
         starts.append(lower + (rng.randint(0, slack) if slack else 0))
-    tbl = table_sql(schema, table, protocol)
-    k = ident(key, protocol)
+    tbl = table_sql(schema, table, engine)
+    k = engine.quote(key)
     parts = []
     for i, start in enumerate(starts):
         bound = f" AND {k} < {starts[i + 1]}" if i + 1 < len(starts) else ""
@@ -170,19 +111,17 @@ def key_windows(schema: str, table: str, protocol: str, key: str, low: int, high
     return Sample(f"({' UNION ALL '.join(parts)}) AS s", True, "key_windows")
 
 
-def first_rows(schema: str, table: str, protocol: str, sample_rows: int) -> Sample:
-    return Sample(
-        f"(SELECT {{cols}} FROM {table_sql(schema, table, protocol)} LIMIT {int(sample_rows)}) AS s", True, "first_rows"
-    )
+def first_rows(schema: str, table: str, engine: Engine, sample_rows: int) -> Sample:
+    return Sample(f"(SELECT {{cols}} FROM {table_sql(schema, table, engine)} LIMIT {int(sample_rows)}) AS s", True, "first_rows")
 
 
-def key_range_sql(schema: str, table: str, protocol: str, key: str) -> str:
-    k = ident(key, protocol)
-    return f"SELECT MIN({k}) AS low, MAX({k}) AS high FROM {table_sql(schema, table, protocol)}"
+def key_range_sql(schema: str, table: str, engine: Engine, key: str) -> str:
+    k = engine.quote(key)
+    return f"SELECT MIN({k}) AS low, MAX({k}) AS high FROM {table_sql(schema, table, engine)}"
 
 
-def count_sql(schema: str, table: str, protocol: str) -> str:
-    return f"SELECT COUNT(*) AS n FROM {table_sql(schema, table, protocol)}"
+def count_sql(schema: str, table: str, engine: Engine) -> str:
+    return f"SELECT COUNT(*) AS n FROM {table_sql(schema, table, engine)}"
 
 
 # -- statements over the sample -------------------------------------------------------------
@@ -203,30 +142,28 @@ class ColumnSpec:
         return self.family in ("string", "json", "binary")
 
 
-def aggregate_sql(columns: list[ColumnSpec], sample: Sample, protocol: str) -> str:
+def aggregate_sql(columns: list[ColumnSpec], sample: Sample, engine: Engine) -> str:
     """One pass over the sample: rows, then per column non-null count [, min, max] [, average length]."""
     parts = ["COUNT(*) AS n"]
     for i, column in enumerate(columns):
-        c = ident(column.name, protocol)
+        c = engine.quote(column.name)
         parts.append(f"COUNT({c}) AS nn_{i}")
         if column.ordered:
             parts += [f"MIN({c}) AS min_{i}", f"MAX({c}) AS max_{i}"]
         if column.measures_length:
-            value = c if protocol != "pgsql" or column.family == "string" else f"CAST({c} AS TEXT)"
-            length = length_sql(value, protocol) if column.family != "binary" else f"LENGTH({c})"
-            parts.append(f"AVG({length}) AS len_{i}")
-    return f"SELECT {', '.join(parts)} FROM {sample.source(columns, protocol)}"
+            parts.append(f"AVG({length_sql(c, column.family, engine)}) AS len_{i}")
+    return f"SELECT {', '.join(parts)} FROM {sample.source(columns, engine)}"
 
 
-def frequency_sql(column: ColumnSpec, sample: Sample, protocol: str, top_k: int) -> str:
+def frequency_sql(column: ColumnSpec, sample: Sample, engine: Engine, top_k: int) -> str:
     """The top_k most frequent values with their counts, and on every row d (distinct values in
     the sample) and f1 (values seen once): what the distinct estimator needs, in one pass."""
-    c = ident(column.name, protocol)
-    g = group_sql(c, column.family, protocol)
+    c = engine.quote(column.name)
+    g = group_sql(c, column.family, engine)
     # Key windows: in how many windows each value was seen. A value repeated inside one window
     # and never seen in another is what a column following the key looks like.
     windows = f"MAX({WINDOW_COLUMN}) - MIN({WINDOW_COLUMN})" if sample.method == "key_windows" else "0"  # > 0: crossed
-    inner = f"SELECT {g} AS v, COUNT(*) AS k, {windows} AS nw FROM {sample.source([column], protocol)} WHERE {c} IS NOT NULL GROUP BY {g}"
+    inner = f"SELECT {g} AS v, COUNT(*) AS k, {windows} AS nw FROM {sample.source([column], engine)} WHERE {c} IS NOT NULL GROUP BY {g}"
     return (
         "SELECT v, k, COUNT(*) OVER () AS d, SUM(CASE WHEN k = 1 THEN 1 ELSE 0 END) OVER () AS f1, SUM(k * k) OVER () AS k2, "
         "SUM(CASE WHEN k > 1 THEN 1 ELSE 0 END) OVER () AS repeated, SUM(CASE WHEN nw > 0 THEN 1 ELSE 0 END) OVER () AS crossing "
@@ -234,46 +171,47 @@ def frequency_sql(column: ColumnSpec, sample: Sample, protocol: str, top_k: int)
     )
 
 
-def distinct_values_sql(column: ColumnSpec, sample: Sample, protocol: str, limit: int) -> str:
-    c = ident(column.name, protocol)
-    g = group_sql(c, column.family, protocol)
-    return f"SELECT DISTINCT {g} AS v FROM {sample.source([column], protocol)} WHERE {c} IS NOT NULL LIMIT {int(limit)}"
+def distinct_values_sql(column: ColumnSpec, sample: Sample, engine: Engine, limit: int) -> str:
+    c = engine.quote(column.name)
+    g = group_sql(c, column.family, engine)
+    return f"SELECT DISTINCT {g} AS v FROM {sample.source([column], engine)} WHERE {c} IS NOT NULL LIMIT {int(limit)}"
 
 
-def axis_sql(column: ColumnSpec, protocol: str) -> str:
+def axis_sql(column: ColumnSpec, engine: Engine) -> str:
     """The numeric axis of a histogram: the value, its epoch seconds, or a string's length."""
-    c = ident(column.name, protocol)
+    c = engine.quote(column.name)
     if column.family == "temporal":
-        return epoch_sql(c, protocol)
+        return engine.profiling.epoch.format(c)
     if column.family in ("integer", "decimal"):
         return c
-    value = c if protocol != "pgsql" or column.family == "string" else f"CAST({c} AS TEXT)"
-    return length_sql(value, protocol)
+    return length_sql(c, column.family, engine)
 
 
-def axis_range_sql(column: ColumnSpec, sample: Sample, protocol: str) -> str:
-    axis = axis_sql(column, protocol)
-    return f"SELECT MIN({axis}) AS low, MAX({axis}) AS high FROM {sample.source([column], protocol)}"
+def axis_range_sql(column: ColumnSpec, sample: Sample, engine: Engine) -> str:
+    axis = axis_sql(column, engine)
+    return f"SELECT MIN({axis}) AS low, MAX({axis}) AS high FROM {sample.source([column], engine)}"
 
 
-def histogram_sql(column: ColumnSpec, sample: Sample, protocol: str, low: float, high: float, buckets: int) -> str:
+def histogram_sql(column: ColumnSpec, sample: Sample, engine: Engine, low: float, high: float, buckets: int) -> str:
     """Equal-width buckets over [low, high]; the top value falls in the last bucket."""
-    axis = axis_sql(column, protocol)
+    axis = axis_sql(column, engine)
     width = (high - low) / buckets
     bucket = f"CASE WHEN {axis} >= {high!r} THEN {buckets - 1} ELSE FLOOR(({axis} - {low!r}) / {width!r}) END"
     return (
-        f"SELECT b, COUNT(*) AS k FROM (SELECT {bucket} AS b FROM {sample.source([column], protocol)} "
-        f"WHERE {ident(column.name, protocol)} IS NOT NULL) AS h GROUP BY b ORDER BY b"
+        f"SELECT b, COUNT(*) AS k FROM (SELECT {bucket} AS b FROM {sample.source([column], engine)} "
+        f"WHERE {engine.quote(column.name)} IS NOT NULL) AS h GROUP BY b ORDER BY b"
     )
 
 
-def containment_sql(child: tuple[str, str, str], parent: tuple[str, str, str], protocol: str, *, sample_values: int) -> str:
+def containment_sql(child: tuple[str, str, str], parent: tuple[str, str, str], engine: Engine, *, sample_values: int) -> str:
     """Of up to sample_values distinct non-null child values, how many exist in the parent column."""
     c_schema, c_table, c_col = child
     p_schema, p_table, p_col = parent
-    cc, pc = ident(c_col, protocol), ident(p_col, protocol)
-    distinct = f"SELECT DISTINCT {cc} AS v FROM {table_sql(c_schema, c_table, protocol)} WHERE {cc} IS NOT NULL LIMIT {int(sample_values)}"
-    probe = f"SELECT 1 FROM {table_sql(p_schema, p_table, protocol)} AS p WHERE p.{pc} = s.v"
+    cc, pc = engine.quote(c_col), engine.quote(p_col)
+    distinct = (
+        f"SELECT DISTINCT {cc} AS v FROM {table_sql(c_schema, c_table, engine)} WHERE {cc} IS NOT NULL LIMIT {int(sample_values)}"
+    )
+    probe = f"SELECT 1 FROM {table_sql(p_schema, p_table, engine)} AS p WHERE p.{pc} = s.v"
     return f"SELECT COUNT(*) AS n, SUM(CASE WHEN EXISTS ({probe}) THEN 1 ELSE 0 END) AS hit FROM ({distinct}) AS s"
 
 

@@ -216,8 +216,8 @@ class SqlTools:
             raise InvalidArgument(
                 f"target {target.target_id} does not allow EXPLAIN ANALYZE (allow_explain_analyze=0); plain EXPLAIN only (analyze=false)"
             )
-        if args.analyze and target.protocol == "sqlite":
-            raise InvalidArgument("SQLite has no EXPLAIN ANALYZE")
+        if args.analyze and not target.engine.explain_analyze:
+            raise InvalidArgument(f"{target.engine.title} has no EXPLAIN ANALYZE")
         out = self._run(
             ctx, Statement(sql=args.sql, target_id=target.target_id, schema=args.schema_, tool_name="explain_sql",
                            explain="analyze" if args.analyze else "plan"),

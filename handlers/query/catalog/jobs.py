@@ -156,8 +156,8 @@ class DiscoveryJobs:
 
     @staticmethod
     def _schemas(catalog: Any, target: Any, schema_filter: str) -> list[str]:
-        if not schema_filter and target.protocol == "mysql" and (target.database or target.default_schema):
-            return [target.database or target.default_schema]
+        if not schema_filter and target.engine.database_is_schema and (own := target.engine.default_schema(target)):
+            return [own]  # the one database the target names, not every database the account sees
         names: list[str] = []
         after = ""
         while True:

@@ -13,6 +13,7 @@ import json
 import time
 from typing import Any
 
+from backends.engines import engine_for
 from backends.pools import TargetPools
 from gateway.errors import InvalidArgument, NotFound
 from gateway.tools import CallContext, tool
@@ -193,6 +194,7 @@ class CatalogTools:
         if len(tables) > INFERRED_TABLES_MAX:
             tables = store.list(args.target_id, run_id, "table", args.schema_, 0, 100_000)
         protocol = (store.run(run_id) or {}).get("protocol") or self.pools.resolve(args.target_id).protocol
+        facts = engine_for(protocol).profiling  # the engine the harvest read
         by_schema: dict[str, list[dict[str, Any]]] = {}
         for t in tables:
             d = t["definition"]
@@ -206,12 +208,10 @@ class CatalogTools:
                 if args.table and child["name"] != args.table:
                     out += [
                         c
-                        for c in infer.inferred_candidates(
-                            schema, child, [m for m in members if m["name"] == args.table], protocol
-                        )
+                        for c in infer.inferred_candidates(schema, child, [m for m in members if m["name"] == args.table], facts)
                     ]
                     continue
-                out += infer.inferred_candidates(schema, child, members, protocol)
+                out += infer.inferred_candidates(schema, child, members, facts)
         return infer.strongest_per_column(out), [
             "inferred from names, types and keys only (confidence unmeasured; suggest_joins measures)"
         ]
