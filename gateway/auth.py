@@ -34,13 +34,19 @@ def presented_token(authorization: str | None, query: Mapping[str, str], *, allo
     return None, "missing"
 
 
+def accepted_tokens(endpoint: str, runtime: Runtime) -> tuple[str, ...]:
+    """The static bearer tokens an endpoint accepts (its `mcp-<endpoint>_endpoint_auth`), in one place:
+    every way a caller is admitted by a static token asks here."""
+    return runtime.variables[f"mcp-{endpoint}_endpoint_auth"]
+
+
 def check_endpoint(
     endpoint: str, authorization: str | None, query: Mapping[str, str], runtime: Runtime
 ) -> tuple[str | None, str]:
     """(None, the token presented) when the caller may use the endpoint, else (the failure
     reason, a metric label, ""). `authorization` is the Authorization header's value, if sent."""
     variables = runtime.variables  # Runtime.var, minus a call per lookup: this runs on every request
-    accepted: tuple[str, ...] = variables[f"mcp-{endpoint}_endpoint_auth"]
+    accepted = accepted_tokens(endpoint, runtime)
     if not accepted:
         return "no_token_configured", ""
     token, how = presented_token(authorization, query, allow_query=variables["mcp-allow_query_token"])
