@@ -615,6 +615,13 @@ class DuckDB:
     # -- plans and index advice (handlers/ai) --
 
     # -- RAG source reader (retrieval ingestion) --
+    # Not yet: backends/retrieval/ingest/sources.py picks a reader by protocol (READERS) and has
+    # none for duckdb, and handlers/rag/fetch.py calls conn.cursor() on a pooled connection (a
+    # DuckDBConnection has none). What a DuckDB reader needs: open with _connect (the same
+    # locked sandbox; listed files are views), placeholder "?" and '"' quoting as SQLite, keyset
+    # paging by row comparison `(a, b) > (?, ?)` (DuckDB compares rows), rows streamed with
+    # _fetch (fetchmany), decode_value's Decimal/bytes/dates bind as they are; CatalogException,
+    # BinderException, ParserException -> a bad source definition, IOException -> unavailable.
 
 
 ENGINE = DuckDB()

@@ -173,7 +173,10 @@ def test_a_file_named_as_a_table_is_refused_by_the_sandbox(env: dict, tmp_path: 
     for sql in (f"SELECT * FROM '{secret}'", f'SELECT * FROM "{secret}"', f"FROM '{secret}'", "SELECT * FROM '/etc/passwd'"):
         err = error(env["handler"], "run_sql_readonly", target_id="shop", sql=sql)
         assert err["code"] == "INVALID_ARGUMENT" and "42" not in err["message"], (sql, err)
-    assert "reads only its own data" in error(env["handler"], "run_sql_readonly", target_id="shop", sql=f"FROM '{secret}'")["message"]
+    assert (
+        "reads only its own data"
+        in error(env["handler"], "run_sql_readonly", target_id="shop", sql=f"FROM '{secret}'")["message"]
+    )
 
 
 def test_hostile_statements_through_explain_sql(env: dict) -> None:
@@ -194,7 +197,9 @@ def test_the_locked_sandbox_refuses_what_gets_past_the_check(env: dict, sql: str
 
 
 def test_a_long_running_statement_is_interrupted_at_the_timeout(env: dict) -> None:
-    err = error(env["handler"], "run_sql_readonly", target_id="shop", sql="SELECT count(*) FROM range(100000000000)", timeout_sec=0.3)
+    err = error(
+        env["handler"], "run_sql_readonly", target_id="shop", sql="SELECT count(*) FROM range(100000000000)", timeout_sec=0.3
+    )
     assert err["code"] == "DEADLINE_EXCEEDED" and "300 ms" in err["message"], err
 
 
