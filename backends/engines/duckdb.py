@@ -59,6 +59,8 @@ READONLY = ReadOnlyRules(
     dialect="duckdb",
     # Readers of files and URLs, the scanners of other databases (and their SQL runners), a SQL
     # string run as a table (query(): it would skip the check), secrets, the environment, sequences.
+    # Every engine refuses these names, as functions and as table names (backends/readonly.py):
+    # names harmless here and plausible as tables elsewhere (checkpoint(), currval()) stay out.
     denied_functions=frozenset(
         {
             "read_csv",
@@ -108,11 +110,8 @@ READONLY = ReadOnlyRules(
             "which_secret",
             "load_aws_credentials",
             "getenv",
-            "checkpoint",
-            "force_checkpoint",
             "nextval",
             "setval",
-            "currval",
         }
     ),  # fmt: skip
     # EXPLAIN (FORMAT JSON) / EXPLAIN (ANALYZE): parentheses after EXPLAIN are options, never a query
@@ -136,7 +135,7 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
     CatalogException, BinderException, ParserException,
     ConversionException, other DatabaseError          InvalidArgument naming it (a local file: no secrets in it)
     IOException                                       Unavailable (the file is missing, locked by a writer, unreadable)
-    OutOfMemoryException                              Unavailable
+    OutOfMemoryException, FatalException              Unavailable (a fatal error invalidates the database: reopened)
     any other                                         GatewayError naming the class only
     """
     if isinstance(exc, duckdb.InterruptException):
@@ -149,7 +148,7 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
             return InvalidArgument("the database refused to write: the connection is read-only")
         if "configuration has been locked" in text:
             return InvalidArgument(REFUSED)
-    if isinstance(exc, (duckdb.IOException, duckdb.OutOfMemoryException)):
+    if isinstance(exc, (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.FatalException)):
         return Unavailable(f"the DuckDB database could not serve the statement ({type(exc).__name__})")
     if isinstance(exc, duckdb.DatabaseError):
         return InvalidArgument(f"the database rejected the statement: {text}")
@@ -186,6 +185,7 @@ class DuckDBConnection:
     def __init__(self, conn: duckdb.DuckDBPyConnection, file_id: tuple[int, ...]) -> None:
         self.conn = conn
         self.file_id = file_id
+        self.invalidated = False  # a FatalException: DuckDB refuses every later statement
 
     def close(self) -> None:
         self.conn.close()
@@ -284,6 +284,7 @@ def _run_duckdb(conn: DuckDBConnection, sql: str, *, timeout_ms: int, max_rows: 
         rows, reason, size = collect(_fetch(cur), max_rows=max_rows, max_bytes=max_bytes)
         return columns, rows, reason, size
     except duckdb.Error as exc:
+        conn.invalidated = conn.invalidated or isinstance(exc, duckdb.FatalException)
         if isinstance(exc, duckdb.InterruptException) and not deadline.fired:
             raise Cancelled("the statement was interrupted") from exc
         raise translate(exc, timeout_ms=timeout_ms) from exc
@@ -547,7 +548,7 @@ class DuckDB:
 
     @staticmethod
     def broken(conn: DuckDBConnection) -> bool:
-        return False  # a local file does not drop the connection
+        return conn.invalidated  # a local file does not drop the connection, but a fatal error ends it
 
     @staticmethod
     def needs_rollback(conn: DuckDBConnection) -> bool:

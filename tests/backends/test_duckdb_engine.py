@@ -117,6 +117,7 @@ def test_duckdb_is_one_more_engine_in_the_registry() -> None:
         (duckdb.BinderException('Binder Error: Referenced column "x" not found'), InvalidArgument),
         (duckdb.ParserException('Parser Error: syntax error at or near "SELEC"'), InvalidArgument),
         (duckdb.IOException("IO Error: Could not set lock on file"), Unavailable),
+        (duckdb.FatalException("FATAL Error: database has been invalidated"), Unavailable),
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, Exception) else value.__name__,
 )
@@ -133,6 +134,9 @@ def test_a_duckdb_target_needs_no_auth_profile_and_an_existing_file(env: dict) -
     assert skip_reason({**row, "database": "/nonexistent/x.duckdb"}, {}) == "duckdb file missing: x.duckdb"
     twice = f"{env['tmp'] / 'regions.csv'}, {env['tmp'] / 'regions.csv'}"
     assert "distinct names" in skip_reason({**row, "database": twice}, {})
+    loaded = {r["target_id"]: r for r in env["store"].read_runtime().table("runtime_mcp_target_profiles")}
+    assert (loaded["duck"]["effective"], loaded["duck"]["privilege_warnings"]) == (1, "[]")  # checked at LOAD
+    assert (loaded["duck_missing"]["effective"], loaded["duck_missing"]["skip_reason"]) == (0, "duckdb file missing: nope.duckdb")
     missing = error(env["handler"], "run_sql_readonly", target_id="duck_missing", sql="SELECT 1")
     assert missing["code"] == "NOT_FOUND" and "duckdb file missing" in missing["message"]
 

@@ -81,7 +81,6 @@ STATEMENTS = [
     "CHECKPOINT",
     "FORCE CHECKPOINT",
     "VACUUM",
-    "SELECT * FROM checkpoint()",
     "SELECT nextval('seq')",
     "INSERT INTO items (id, name) VALUES (999, 'pwned')",
     "UPDATE items SET name = 'pwned'",
