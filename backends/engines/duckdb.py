@@ -182,9 +182,10 @@ def _quote(name: str) -> str:
 class DuckDBConnection:
     """A DuckDB connection and the identity of the file it opened (a replaced file is reopened)."""
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection, file_id: tuple[int, ...]) -> None:
+    def __init__(self, conn: duckdb.DuckDBPyConnection, file_id: tuple[int, ...], default_schema: str) -> None:
         self.conn = conn
         self.file_id = file_id
+        self.default_schema = default_schema  # where a statement that names no schema runs
         self.invalidated = False  # a FatalException: DuckDB refuses every later statement
 
     def close(self) -> None:
@@ -213,7 +214,7 @@ def _connect(target: TargetSettings) -> DuckDBConnection:
     if files is None:
         path = os.path.abspath(target.database)
         conn = duckdb.connect(path, read_only=True, config=dict(SANDBOX))
-        return DuckDBConnection(conn, _file_id([path]))
+        return DuckDBConnection(conn, _file_id([path]), _default_schema(target))
     # Listed files: open the sandbox only as wide as they are, define the views, then lock it.
     conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     try:
@@ -225,7 +226,11 @@ def _connect(target: TargetSettings) -> DuckDBConnection:
     except BaseException:
         conn.close()
         raise
-    return DuckDBConnection(conn, _file_id(files))
+    return DuckDBConnection(conn, _file_id(files), _default_schema(target))
+
+
+def _default_schema(target: TargetSettings) -> str:
+    return target.default_schema or "main"
 
 
 def _ping(conn: DuckDBConnection, target: TargetSettings) -> None:
@@ -275,7 +280,7 @@ def _run_duckdb(conn: DuckDBConnection, sql: str, *, timeout_ms: int, max_rows: 
     db = conn.conn
     deadline = Deadline(db, timeout_ms)
     try:
-        db.execute(f"SET schema = {_literal(schema or 'main')}")
+        db.execute(f"SET schema = {_literal(schema or conn.default_schema)}")
         db.execute("BEGIN TRANSACTION")
         cur = db.execute(sql)  # duckdb runs one statement per prepared call; the check passed only one
         if cur.description is None:
@@ -535,7 +540,7 @@ class DuckDB:
 
     @staticmethod
     def default_schema(target: TargetSettings) -> str:
-        return target.default_schema or "main"
+        return _default_schema(target)
 
     # -- connections and the pool policy
     @staticmethod

@@ -187,6 +187,18 @@ def test_the_schema_argument_chooses_where_names_resolve(env: dict) -> None:
     assert error(handler, "run_sql_readonly", target_id="duck", schema="nosuch", sql="SELECT 1")["code"] == "INVALID_ARGUMENT"
 
 
+def test_a_default_schema_from_the_auth_profile(env: dict) -> None:
+    conn = duck.ENGINE.connect(_settings(env["path"], default_schema="sales"), timeout_s=1, io_timeout_s=1)
+    try:
+        assert duck.ENGINE.default_schema(_settings(env["path"], default_schema="sales")) == "sales"
+        out = duck.ENGINE.execute(conn, "SELECT count(*) FROM regions", timeout_ms=2000, max_rows=5, max_bytes=1000)
+        assert out.rows == [[2]]
+        out = duck.ENGINE.execute(conn, "SELECT count(*) FROM items", timeout_ms=2000, max_rows=5, max_bytes=1000, schema="main")
+        assert out.rows == [[ROWS]]
+    finally:
+        conn.close()
+
+
 def test_a_long_statement_is_interrupted_at_its_timeout(env: dict) -> None:
     handler = env["handler"]
     err = error(handler, "run_sql_readonly", target_id="duck_slow", sql=LONG_RUNNING)
@@ -283,7 +295,7 @@ def test_table_facts_snapshot_and_privileges(env: dict) -> None:
         conn.close()
     writable = duckdb.connect(str(env["tmp"] / "writable.duckdb"))
     try:
-        warnings = engine.privilege_warnings(duck.DuckDBConnection(writable, ()))
+        warnings = engine.privilege_warnings(duck.DuckDBConnection(writable, (), "main"))
         assert len(warnings) == 3 and "writable" in warnings[2]
     finally:
         writable.close()
@@ -410,8 +422,9 @@ def _wait_for_target(gateway: GatewayProcess, http: Any, target_id: str) -> None
 
 
 class _settings:  # noqa: N801 - a TargetSettings for direct engine calls
-    def __init__(self, path: Path, *, database: str | None = None) -> None:
+    def __init__(self, path: Path, *, database: str | None = None, default_schema: str = "") -> None:
         self.target_id, self.host, self.port = "direct", "", 0
         self.database = database if database is not None else str(path)
-        self.username = self.password = self.default_schema = self.ssl_mode = ""
+        self.username = self.password = self.ssl_mode = ""
+        self.default_schema = default_schema
         self.timeout_ms, self.use_ssl = 5000, False
