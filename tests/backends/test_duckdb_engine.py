@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -410,8 +411,6 @@ def test_duckdb_target_over_the_sdk(tmp_path: Path) -> None:
 
 
 def _wait_for_target(gateway: GatewayProcess, http: Any, target_id: str) -> None:
-    import time
-
     deadline = time.monotonic() + 10  # workers follow the runtime within about a second
     while time.monotonic() < deadline:
         targets = call_tool(http, gateway, "query", "list_targets", {})["structuredContent"]["targets"]
