@@ -7,7 +7,7 @@ backends.engines.base.Engine) and one line in `ENGINES` below.
 
 from __future__ import annotations
 
-from backends.engines import mysql, postgresql, sqlite
+from backends.engines import duckdb, mysql, postgresql, sqlite
 from backends.engines.base import Engine
 from gateway.errors import GatewayError, InvalidArgument
 
@@ -17,6 +17,7 @@ ENGINES: dict[str, Engine] = {
         mysql.ENGINE,
         postgresql.ENGINE,
         sqlite.ENGINE,
+        duckdb.ENGINE,
     )
 }
 PROTOCOLS = tuple(ENGINES)

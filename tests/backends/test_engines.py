@@ -17,13 +17,18 @@ from backends.engines.base import Engine
 from gateway.errors import BadValue, Cancelled, DeadlineExceeded, InvalidArgument, Unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
-DRIVERS = {"pymysql", "psycopg", "psycopg_pool", "sqlite3"}
+DRIVERS = {"pymysql", "psycopg", "psycopg_pool", "sqlite3", "duckdb"}
 PROTOCOL_NAMES = set(ENGINES)
 
 
 def test_engine_for_chooses_by_protocol_and_names_the_known_ones() -> None:
-    assert {name: engine.name for name, engine in ENGINES.items()} == {"mysql": "mysql", "pgsql": "pgsql", "sqlite": "sqlite"}
-    with pytest.raises(InvalidArgument, match="unknown protocol 'oracle' \\(expected mysql, pgsql, sqlite\\)"):
+    assert {name: engine.name for name, engine in ENGINES.items()} == {
+        "mysql": "mysql",
+        "pgsql": "pgsql",
+        "sqlite": "sqlite",
+        "duckdb": "duckdb",
+    }
+    with pytest.raises(InvalidArgument, match="unknown protocol 'oracle' \\(expected mysql, pgsql, sqlite, duckdb\\)"):
         engine_for("oracle")
 
 

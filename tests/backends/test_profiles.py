@@ -71,7 +71,7 @@ def test_every_target_loads_effective_or_says_why(tmp_path: Path, lite_file: Pat
         "off": (0, "inactive"),
         "orphan": (0, "auth_profile_id 'missing' not found"),
         "noauth": (0, "auth_profile_id not found"),
-        "weird": (0, "bad protocol 'oracle' (expected mysql, pgsql or sqlite)"),
+        "weird": (0, "bad protocol 'oracle' (expected mysql, pgsql, sqlite or duckdb)"),
         "gone": (0, "sqlite file missing"),
         "hostless": (0, "host is empty"),
         "envpw": (0, "db_password env:MCPGW_TEST_UNSET_PW is not set"),
