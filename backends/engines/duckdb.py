@@ -30,6 +30,7 @@ from typing import Any
 
 import duckdb
 
+from backends.engines.admin import TargetAdmin, not_supported
 from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, timed_run
 from backends.engines.catalog import (
     Table,
@@ -40,6 +41,8 @@ from backends.engines.catalog import (
     view_dependencies,
     with_view_dependencies,
 )
+from backends.engines.plans import FullScan, plan_objects, row_estimate
+from backends.engines.profiling import Profiling, declared_family
 from gateway.errors import Cancelled, DeadlineExceeded, GatewayError, InvalidArgument, Unavailable
 
 FETCH_CHUNK = 256  # rows fetched per call: a capped read never materialises the whole result
@@ -298,6 +301,38 @@ def _run_duckdb(conn: DuckDBConnection, sql: str, *, timeout_ms: int, max_rows: 
         conn.rollback()
 
 
+# -- plans and index advice (handlers/ai) --------------------------------------------------------
+
+# What EXPLAIN (FORMAT JSON) calls a read of a stored table (a Parquet/CSV view reads through
+# READ_PARQUET / READ_CSV nodes instead: no index could serve those, so they are never named).
+_TABLE_SCANS = ("SEQ_SCAN", "TABLE_SCAN")
+_PLAN_NAME_PART = re.compile(r'"((?:[^"]|"")*)"|([^."]+)')
+
+
+def _plan_table(qualified: str) -> str:
+    """The table of a plan's "Table" (database.schema.table, each part quoted when it needs it)."""
+    parts = [(quoted.replace('""', '"') if quoted else plain) for quoted, plain in _PLAN_NAME_PART.findall(qualified)]
+    return parts[-1] if parts else qualified
+
+
+def _full_scans(plan: Any) -> list[FullScan]:
+    """Tables an EXPLAIN (FORMAT JSON) plan reads whole: its SEQ_SCAN / TABLE_SCAN nodes of a
+    stored table, unless the scan is an Index Scan. The plan names no alias (the table only).
+
+    DuckDB chooses an ART index scan when the statement starts, so a planned (not analyzed)
+    EXPLAIN shows a Sequential Scan even where an index will serve an equality filter."""
+    found: list[FullScan] = []
+    for node in plan_objects(plan):
+        info = node.get("extra_info")
+        if node.get("name") not in _TABLE_SCANS or not isinstance(info, dict) or not info.get("Table"):
+            continue
+        if str(info.get("Type", "")).lower() == "index scan":
+            continue
+        table = _plan_table(str(info["Table"]))
+        found.append(FullScan(table, table, row_estimate(info.get("Estimated Cardinality"))))
+    return found
+
+
 # -- catalogs ------------------------------------------------------------------------------------
 
 # The current database's own schemas (not the system and temp catalogs', nor the SQL-standard views).
@@ -485,6 +520,39 @@ def _snapshot(conn: DuckDBConnection, schema: str, only: set[str] | None) -> dic
     return out
 
 
+# -- profiling (handlers/query) ------------------------------------------------------------------
+
+# Integer types beyond the shared names (unsigned, 128-bit, arbitrary precision).
+_WIDE_INTEGERS = ("hugeint", "uhugeint", "ubigint", "uinteger", "usmallint", "utinyint", "varint", "bignum")
+
+
+def _type_family(declared: str) -> str:
+    """DuckDB's type names (duckdb_columns().data_type): nested values (lists INTEGER[],
+    arrays INTEGER[3], STRUCT, MAP, UNION) are "other", read as text; the rest as the servers'."""
+    t = (declared or "").lower().strip()
+    if t.endswith("]") or t.startswith(("struct", "map", "union")):
+        return "other"
+    if t.split("(")[0].strip() in _WIDE_INTEGERS:
+        return "integer"
+    if t == "bit":
+        return "other"  # a bit string, not bytes
+    return declared_family(t)
+
+
+PROFILING = Profiling(
+    # COUNT(*) of a table is answered from its row groups' counts: ~1 ms at 3M rows.
+    exact_count_max_rows=1_000_000_000,
+    epoch="EPOCH({})",  # seconds, fractions kept: DATE, TIME, TIMESTAMP (all precisions), WITH TIME ZONE
+    length="LENGTH({})",  # characters
+    byte_length="OCTET_LENGTH({})",
+    as_text="CAST({} AS VARCHAR)",  # lists, structs, maps: grouped and measured as their text
+    # Seeded and repeatable whatever the thread count; TABLESAMPLE (not USING SAMPLE) is a clause
+    # of the FROM item, so WHERE and GROUP BY may follow it.
+    bernoulli_sample="TABLESAMPLE BERNOULLI ({percent:.6f} PERCENT) REPEATABLE ({seed})",
+    type_family=_type_family,
+)
+
+
 # -- least privilege (backends/privileges.py) -----------------------------------------------------
 
 
@@ -615,10 +683,16 @@ class DuckDB:
     privilege_warnings = staticmethod(_privilege_warnings)
 
     # -- profiling SQL (handlers/query) --
+    profiling = PROFILING
+    explain_analyze = True  # as DuckDB's text profile (explain_prefix)
+    database_is_schema = False  # a file holds schemas (main, ...)
 
     # -- accounts, processes, kill (handlers/admin) --
+    def admin(self, target: TargetSettings) -> TargetAdmin:
+        raise not_supported(target.target_id, self.title, self.name)  # local files: no accounts, no other sessions
 
     # -- plans and index advice (handlers/ai) --
+    full_scans = staticmethod(_full_scans)
 
     # -- RAG source reader (retrieval ingestion) --
     # Not yet: backends/retrieval/ingest/sources.py picks a reader by protocol (READERS) and has

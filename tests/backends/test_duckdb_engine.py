@@ -1,8 +1,9 @@
 """DuckDB as a fourth engine (backends/engines/duckdb.py), added as one module: a DuckDB file and
 a list of Parquet/CSV files as targets, through the real read-only path (QueryHandler ->
 ReadOnlySql -> the check -> the pool -> the engine): values, caps, schemas, EXPLAIN, the
-timeout interrupt, the catalog tools, query rules, the result cache and digests; and once through
-a running gateway with the official MCP SDK client."""
+timeout interrupt, the catalog tools, query rules, the result cache and digests, the profiling and
+join tools, the index advice of /mcp/ai and the admin tools' refusal; and once through a running
+gateway with the official MCP SDK client."""
 
 from __future__ import annotations
 
@@ -24,10 +25,17 @@ from server_process import GatewayProcess, call_tool, registered_endpoints, star
 
 from backends.engines import ENGINES, PROTOCOLS, engine_for, translate
 from backends.engines import duckdb as duck
+from backends.engines.plans import FullScan
 from backends.targets import skip_reason
+from gateway.assembly import open_store, share_backends
 from gateway.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from gateway.evidence import EvidenceRecorder
+from gateway.services import Services
+from handlers.admin import AdminHandler
+from handlers.ai.handler import AiHandler
 from handlers.query import QueryHandler
 from tests.query import add_target, error, insert, make_services, make_store, ok, reload
+from tests.query import shop as shop_rows
 
 ROWS = 50
 LONG_RUNNING = "SELECT count(*) FROM range(100000000000) a"  # minutes of work: only the interrupt ends it
@@ -367,6 +375,163 @@ def test_results_are_cached_and_digested(env: dict) -> None:
         .fetchone()
     )
     assert found[0] >= 1
+
+
+# -- profiling and joins: the shop of tests/query, in DuckDB files ------------------------------------
+
+
+def build_shop(path: Path, *, foreign_keys: bool) -> None:
+    """tests/query/shop.py's shop (its PostgreSQL types are DuckDB's too), with and without keys."""
+    conn = duckdb.connect(str(path))
+    for statement in shop_rows.ddl("pgsql", foreign_keys=foreign_keys):
+        conn.execute(statement)
+    for table, (columns, values) in shop_rows.rows().items():
+        conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})", values)
+    conn.execute("CREATE TABLE events AS SELECT i AS id, i % 1000 AS account, 'x' AS note FROM range(400000) t(i)")
+    conn.close()
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Query, AI and admin handlers over two DuckDB shops, sharing one worker's services (and its evidence)."""
+    tmp = tmp_path_factory.mktemp("duckshop")
+    build_shop(tmp / "fk.duckdb", foreign_keys=True)
+    build_shop(tmp / "nofk.duckdb", foreign_keys=False)
+    store = open_store(tmp / "data")  # every declared variable: /mcp/ai's too
+    store.initialize()
+    add_target(store, "shop_fk", "duckdb", database=str(tmp / "fk.duckdb"), timeout_ms=10_000)
+    add_target(store, "shop_nofk", "duckdb", database=str(tmp / "nofk.duckdb"), timeout_ms=10_000)
+    store.set_variable("ai-slow_query_ms", "0")  # every frequent digest's plan is read
+    store.load_to_runtime("MCP PROFILES")
+    store.load_to_runtime("MCP VARIABLES")
+    services = Services(data_dir=store.data_dir, store=store, runtime=store.read_runtime(), stats=None, metrics=None)  # type: ignore[arg-type]
+    services.evidence = EvidenceRecorder(store)
+    share_backends(services)
+    query = QueryHandler(services)
+    yield {"query": query, "ai": AiHandler(services), "admin": AdminHandler(services), "rows": shop_rows.rows()}
+    query.catalog.close()
+    query.pools.close()
+    store.close()
+
+
+def values_of(rows: dict, table: str, column: str) -> list[Any]:
+    names, values = rows[table]
+    return [row[names.index(column)] for row in values]
+
+
+def test_table_profile_on_duckdb(shop: dict) -> None:
+    handler = shop["query"]
+    out = ok(handler, "table_profile", target_id="shop_fk", table="customers")
+    assert (out["row_count"], out["row_count_exact"], out["sampled"], out["sample_method"]) == (30, True, False, "full")
+    assert any(i["primary"] and i["columns"] == ["id"] for i in out["indexes"])
+    columns = {c["name"]: c for c in out["columns"]}
+    emails = values_of(shop["rows"], "customers", "email")
+    assert columns["email"]["null_ratio"] == pytest.approx(emails.count(None) / 30, abs=1e-6)
+    assert columns["email"]["distinct_estimate"] == 26 and columns["email"]["family"] == "string"
+    names = values_of(shop["rows"], "customers", "name")
+    assert columns["name"]["avg_length"] == pytest.approx(sum(len(n) for n in names) / 30, abs=0.01)
+    joined = values_of(shop["rows"], "customers", "joined_on")
+    assert (columns["joined_on"]["min"], columns["joined_on"]["max"]) == (min(joined).isoformat(), max(joined).isoformat())
+    # more rows than the sample asks for: DuckDB's own seeded Bernoulli sample, the same rows each time
+    sampled = ok(handler, "table_profile", target_id="shop_fk", table="order_items", sample_rows=100)
+    assert (sampled["sampled"], sampled["sample_method"], sampled["row_count"]) == (True, "bernoulli", 300)
+    assert 40 <= sampled["sample_rows"] <= 200
+    assert {c["name"]: c for c in sampled["columns"]}["quantity"]["distinct_estimate"] == 5
+    again = ok(handler, "table_profile", target_id="shop_fk", table="order_items", sample_rows=100)
+    assert again["columns"] == sampled["columns"]
+
+
+def test_column_profile_on_duckdb_types(shop: dict, env: dict) -> None:
+    handler = shop["query"]
+    joined = ok(handler, "column_profile", target_id="shop_fk", table="customers", column="joined_on", buckets=3)
+    assert joined["histogram_axis"] == "epoch_seconds" and sum(b["count"] for b in joined["histogram"]) == 30
+    first = min(values_of(shop["rows"], "customers", "joined_on"))
+    assert joined["histogram"][0]["low"] == datetime.datetime(first.year, first.month, first.day, tzinfo=datetime.UTC).timestamp()
+    total = ok(handler, "column_profile", target_id="shop_fk", table="orders", column="total", buckets=5, top_k=3)
+    assert total["histogram_axis"] == "value" and sum(b["count"] for b in total["histogram"]) == 100
+    email = ok(handler, "column_profile", target_id="shop_fk", table="customers", column="email")
+    assert email["unique_in_sample"] is True and email["pattern_hints"][0] == {"pattern": "email", "share": 1.0}
+    # a list and a blob (the other fixture's items): read as text, measured in bytes
+    items = {c["name"]: c for c in ok(env["handler"], "table_profile", target_id="duck", table="items")["columns"]}
+    assert (items["tags"]["family"], items["data"]["family"]) == ("other", "binary")
+    assert items["data"]["avg_length"] == 2.0 and items["tags"]["distinct_estimate"] == ROWS
+    assert items["price"]["family"] == "decimal" and items["created"]["family"] == "temporal"
+
+
+@pytest.mark.parametrize(
+    ("declared", "family"),
+    [
+        ("HUGEINT", "integer"),
+        ("UBIGINT", "integer"),
+        ("INTEGER[3]", "other"),
+        ("VARCHAR[]", "other"),
+        ("STRUCT(x INTEGER)", "other"),
+        ("MAP(VARCHAR, INTEGER)", "other"),
+        ("ENUM('a', 'b')", "string"),
+        ("TIMESTAMP WITH TIME ZONE", "temporal"),
+        ("TIMESTAMP_NS", "temporal"),
+        ("BLOB", "binary"),
+        ("BIT", "other"),
+        ("UUID", "uuid"),
+        ("JSON", "json"),
+        ("BOOLEAN", "boolean"),
+        ("DECIMAL(10,2)", "decimal"),
+    ],
+)
+def test_duckdb_type_families(declared: str, family: str) -> None:
+    assert duck.ENGINE.profiling.type_family(declared) == family
+
+
+def test_joins_on_duckdb(shop: dict) -> None:
+    handler = shop["query"]
+    declared = ok(handler, "suggest_joins", target_id="shop_fk", table_a="orders")["candidates"]
+    assert {(c["from_table"], c["from_columns"][0], c["to_table"]) for c in declared} == {
+        ("orders", "customer_id", "customers"),
+        ("orders", "address_id", "addresses"),
+        ("order_items", "order_id", "orders"),
+    }
+    assert all(c["kind"] == "declared" and c["confidence"] == 1.0 for c in declared)
+    inferred = ok(handler, "suggest_joins", target_id="shop_nofk", table_a="orders", table_b="customers")["candidates"][0]
+    assert (inferred["from_columns"], inferred["to_table"], inferred["kind"]) == (["customer_id"], "customers", "inferred")
+    assert inferred["confidence"] >= 0.8 and inferred["evidence"]["overlap_ratio"] == 1.0
+    rows = ok(handler, "run_sql_readonly", target_id="shop_nofk", sql=inferred["example_sql"])
+    assert rows["row_count"] == 10  # the ON clause runs as given
+    ref = ok(handler, "find_reference_candidates", target_id="shop_nofk", table="order_items", column="product_id")
+    assert (ref["candidates"][0]["to_table"], ref["candidates"][0]["to_columns"]) == ("products", ["id"])
+
+
+def test_full_scans_in_duckdbs_plans(shop: dict) -> None:
+    handler = shop["query"]
+    sql = "SELECT o.id FROM orders o JOIN customers c ON c.id = o.customer_id WHERE o.status = 'paid'"
+    plan = ok(handler, "explain_sql", target_id="shop_fk", sql=sql)["plan"]
+    scans = duck.ENGINE.full_scans(plan)
+    assert sorted(s.table for s in scans) == ["customers", "orders"]
+    assert all(s.alias == s.table and isinstance(s.rows_estimate, int) for s in scans)
+    # a quoted name in the plan's database.schema.table; an index scan and a file's reader are no full scans
+    quoted = {"name": "SEQ_SCAN", "extra_info": {"Table": 'shop."my schema"."odd.table"', "Estimated Cardinality": "7"}}
+    index = {"name": "TABLE_SCAN", "extra_info": {"Table": "shop.main.orders", "Type": "Index Scan"}}
+    parquet = {"name": "READ_PARQUET", "extra_info": {"Function": "READ_PARQUET", "Estimated Cardinality": "9"}}
+    plan = [{"name": "HASH_JOIN", "children": [quoted, index, parquet], "extra_info": {}}]
+    assert duck.ENGINE.full_scans(plan) == [FullScan("odd.table", "odd.table", 7)]
+    assert duck.ENGINE.full_scans("a text profile") == []
+
+
+def test_index_advice_for_a_duckdb_target(shop: dict) -> None:
+    """recommendation.get on /mcp/ai: a frequent filtered full scan gets the CREATE INDEX serving it."""
+    for account in range(6):
+        sql = f"SELECT count(*) FROM events e WHERE e.account = {account}"
+        assert ok(shop["query"], "run_sql_readonly", target_id="shop_fk", sql=sql)["rows"][0][0] == 400
+    out = ok(shop["ai"], "recommendation.get", target_id="shop_fk")
+    index = next(r for r in out["recommendations"] if r["kind"] == "missing_index")
+    assert index["action"].startswith('CREATE INDEX "ix_events_account" ON "events" ("account")'), index
+    assert index["evidence"]["full_scans"][0]["table"] == "events" and index["evidence"]["calls"] >= 6
+
+
+def test_admin_tools_refuse_a_duckdb_target(shop: dict) -> None:
+    for name, extra in (("admin_list_users", {}), ("admin_show_processes", {}), ("admin_kill_query", {"process_id": 1})):
+        refused = error(shop["admin"], name, target_id="shop_fk", **extra)
+        assert refused["code"] == "INVALID_ARGUMENT"
+        assert refused["message"] == "target 'shop_fk' is DuckDB: accounts and processes are not supported by duckdb"
 
 
 # -- a running gateway, the official SDK client ------------------------------------------------------

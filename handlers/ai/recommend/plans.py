@@ -1,10 +1,10 @@
 """The index that would serve a statement's predicates on a table its plan reads whole.
 
 The full scans come from the target's engine (`Engine.full_scans` over explain_sql's plan). A
-scan names the table by alias on MariaDB and by relation plus alias on PostgreSQL, so the
-statement is parsed (sqlglot, in the engine's dialect) to map aliases to tables and to find the
-columns its WHERE and JOIN conditions compare for that alias: equality columns first, then one
-range column — the order a B-tree index serves best.
+scan names the table by alias on MariaDB, by relation plus alias on PostgreSQL and SQLite, by
+relation only on DuckDB, so the statement is parsed (sqlglot, in the engine's dialect) to map
+aliases to tables and to find the columns its WHERE and JOIN conditions compare for that
+alias: equality columns first, then one range column — the order a B-tree index serves best.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def suggest_index(sql: str, dialect: str, scan: FullScan, *, default_schema: str
     tables: dict[str, exp.Table] = {}
     for table in tree.find_all(exp.Table):
         tables[table.alias_or_name.lower()] = table
-    table = tables.get(scan.alias.lower()) or tables.get(scan.table.lower())
+    table = tables.get(scan.alias.lower()) or tables.get(scan.table.lower()) or _only_table_named(tree, scan.table)
     if table is None:
         return None
     alias = table.alias_or_name.lower()
@@ -66,6 +66,13 @@ def suggest_index(sql: str, dialect: str, scan: FullScan, *, default_schema: str
     if not columns:
         return None
     return IndexSuggestion(table.db or default_schema, table.name, columns)
+
+
+def _only_table_named(tree: exp.Expression, name: str) -> exp.Table | None:
+    """The one table the statement reads under `name`, whatever its alias: a plan that names
+    tables but not aliases (DuckDB) still finds it; a table read twice is ambiguous (None)."""
+    found = [t for t in tree.find_all(exp.Table) if t.name.lower() == name.lower()]
+    return found[0] if len(found) == 1 else None
 
 
 def _compares_own_columns(predicate: exp.Expression, alias: str) -> bool:
