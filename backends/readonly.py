@@ -16,8 +16,12 @@ a new table), locking clauses (FOR UPDATE/SHARE, LOCK IN SHARE MODE), SET/CALL/D
 EXECUTE/HANDLER/LOCK and anything sqlglot only understands as an opaque `Command`, variable
 assignment (`:=`), bind placeholders, and calls to the file, network, lock, sleep and admin
 functions every engine declares (DENIED_FUNCTIONS, DENIED_PREFIXES) - at any node, including
-table functions in FROM. MySQL conditional comments (`/*! */`, `/*M! */`) are refused on the
-raw text because MySQL executes them. Anything that does not parse is refused (fail closed).
+table functions in FROM. A plain table name is the statement's own engine's matter: its denied
+functions (SQLite reads `FROM fsdir WHERE name = '/etc'` as the call), its credential catalogs
+(`ReadOnlyRules.denied_tables`, `denied_schemas`) and, where the engine reads a name that looks
+like a file as that file (DuckDB: `FROM '/etc/passwd'`, `ReadOnlyRules.replacement_scans`), such
+names. MySQL conditional comments (`/*! */`, `/*M! */`) are refused on the raw text because
+MySQL executes them. Anything that does not parse is refused (fail closed).
 The sampling tools' `columns`, `where` and `order_by` go through `parse_fragment`: parsed
 alone, one clause only, the same tree check, and rebuilt from nodes.
 
@@ -45,13 +49,19 @@ from backends.engines import ENGINES
 from backends.engines.base import Engine, ReadOnlyRules
 from gateway.errors import InvalidArgument
 
-# Every engine's refusals apply on every engine: a name dangerous on one (a file reader, a
-# sleep, a credential catalog) costs nothing to refuse on the others.
+# Every engine's denied functions apply to calls on every engine: a function dangerous on one (a
+# file reader, a sleep) costs nothing to refuse as a call on the others. Table names are not
+# calls: a table called `query` or `glob` on SQLite is a table, so a plain name is checked only
+# against its own engine's rules (check_tree; there its own function names count too, SQLite's
+# table-valued functions being tables that take their arguments from WHERE).
 _RULES = [engine.readonly for engine in ENGINES.values()]
 DENIED_FUNCTIONS = frozenset(name for rules in _RULES for name in rules.denied_functions)  # exact names, lower case
 DENIED_PREFIXES = tuple(dict.fromkeys(prefix for rules in _RULES for prefix in rules.denied_prefixes))  # families
-DENIED_TABLES = frozenset(name for rules in _RULES for name in rules.denied_tables)
-DENIED_TABLE_SCHEMAS = frozenset(name for rules in _RULES for name in rules.denied_schemas)
+_RULES_OF_DIALECT = {rules.dialect: rules for rules in _RULES}
+# What makes a table name a path for an engine with replacement scans: a file name has a dot
+# (which extensions count depends on the engine's loaded extensions, so any dot does), a path a
+# separator, a URL a colon, a glob its wildcards.
+_PATH_LIKE = re.compile(r"[./\\:*?\[]")
 
 _DENIED_NODE_NAMES = (
     "Insert", "Update", "Delete", "Merge", "Create", "Drop", "Alter", "TruncateTable", "Command",
@@ -142,8 +152,9 @@ def _role(cls: type) -> int:
     return role
 
 
-def check_tree(tree: exp.Expression) -> None:
-    """Walk every node: refuse write/lock/session nodes and denied functions wherever they are."""
+def check_tree(tree: exp.Expression, rules: ReadOnlyRules) -> None:
+    """Walk every node: refuse write/lock/session nodes and denied functions wherever they are,
+    and the table names the statement's own engine (`rules`) refuses."""
     for node in tree.walk():
         role = _role(type(node))
         if role == _PLAIN:
@@ -156,11 +167,13 @@ def check_tree(tree: exp.Expression) -> None:
             denied = sorted(n for n in function_names(node) if _denied_function(n))
             if denied:
                 raise refuse(f"function {denied[0]}() is not allowed (file, network, lock, sleep or admin function)")
-        if role == _TABLE:
-            name = str(node.name).lower()
-            if _denied_function(name):
-                raise refuse(f"table function {name} is not allowed")
-            if name in DENIED_TABLES or str(node.db).lower() in DENIED_TABLE_SCHEMAS:
+        if role == _TABLE:  # a table function's name is "": its call is a Func node below, checked as one
+            name = str(node.name)
+            if rules.replacement_scans and _PATH_LIKE.search(name):
+                raise refuse(f"the table name {name!r} would be read as a file (a path is not a table)")
+            if name.lower() in rules.denied_functions or name.lower().startswith(rules.denied_prefixes):
+                raise refuse(f"table function {name.lower()} is not allowed")
+            if name.lower() in rules.denied_tables or str(node.db).lower() in rules.denied_schemas:
                 raise refuse(f"the credential catalog {node.sql()} is not readable through the gateway")
 
 
@@ -317,7 +330,7 @@ def _check_cached(sql: str, rules: ReadOnlyRules, row_cap: int | None) -> Checke
     kind = _root_kind(tree, rules)
     if explain and kind != "select":
         raise refuse("EXPLAIN takes a SELECT")
-    check_tree(tree)
+    check_tree(tree, rules)
     if row_cap is not None and not explain:
         tree = cap_rows(tree, row_cap)
     # copy=False: the tree is ours, and copying it cost more than parsing it.
@@ -326,7 +339,7 @@ def _check_cached(sql: str, rules: ReadOnlyRules, row_cap: int | None) -> Checke
     # with the row cap still on the outer query (`FROM SELECT 1` + LIMIT re-binds it inside).
     again = _parse_one(text, dialect)
     _root_kind(again, rules)
-    check_tree(again)
+    check_tree(again, rules)
     if row_cap is not None and not explain and not _capped(again, row_cap):
         raise refuse("the row cap would not apply to the outer query; write the statement in plain form")
     return CheckedStatement(sql=prefix + text, kind="explain" if explain else kind, dialect=dialect)
@@ -524,7 +537,7 @@ def parse_fragment(text: str, kind: str, dialect: str) -> Any:
     tree = statements[0] if len(statements) == 1 else None
     if not isinstance(tree, exp.Select) or {k for k, v in tree.args.items() if v and k not in allowed}:
         raise InvalidArgument(f"{kind} must be a single expression, not a statement or extra clauses")
-    check_tree(tree)
+    check_tree(tree, _RULES_OF_DIALECT[dialect])
     if kind == "column":
         if len(tree.expressions) != 1:
             raise InvalidArgument("each entry of columns must be one expression")

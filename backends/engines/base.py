@@ -60,11 +60,13 @@ class ReadOnlyRules:
 
     dialect: str  # sqlglot's name for it
     # Names refused wherever they are called; the check refuses every engine's list on every
-    # engine (a name dangerous on one costs nothing to refuse on the others).
+    # engine (a name dangerous on one costs nothing to refuse on the others) - as calls only.
     denied_functions: frozenset[str] = frozenset()
     denied_prefixes: tuple[str, ...] = ()  # families: every pg_sleep*, dblink*, ...
+    # Table names refused on this engine only (elsewhere they are somebody's tables).
     denied_tables: frozenset[str] = frozenset()  # catalogs holding credentials
     denied_schemas: frozenset[str] = frozenset()  # schemas holding credentials (mysql.user ...)
+    replacement_scans: bool = False  # a table name that looks like a file path is read as that file (DuckDB)
     show_and_describe: bool = False  # SHOW ... and DESCRIBE <table> parse as statements (MySQL)
     show_setting: bool = False  # SHOW <setting> read on the raw text (PostgreSQL)
     explain_query_plan: bool = False  # EXPLAIN QUERY PLAN <select> (SQLite)

@@ -62,8 +62,7 @@ READONLY = ReadOnlyRules(
     dialect="duckdb",
     # Readers of files and URLs, the scanners of other databases (and their SQL runners), a SQL
     # string run as a table (query(): it would skip the check), secrets, the environment, sequences.
-    # Every engine refuses these names, as functions and as table names (backends/readonly.py):
-    # names harmless here and plausible as tables elsewhere (checkpoint(), currval()) stay out.
+    # Every engine refuses these names as calls; as table names only DuckDB does (backends/readonly.py).
     denied_functions=frozenset(
         {
             "read_csv",
@@ -119,6 +118,7 @@ READONLY = ReadOnlyRules(
     ),  # fmt: skip
     # EXPLAIN (FORMAT JSON) / EXPLAIN (ANALYZE): parentheses after EXPLAIN are options, never a query
     explain_options_in_parentheses=True,
+    replacement_scans=True,  # FROM '/etc/passwd', FROM "x.csv": refused by the check, not only the sandbox
 )
 
 # -- driver errors: the one table of what duckdb's exceptions mean for the gateway --------------

@@ -163,19 +163,35 @@ def test_duckdb_hostile_statement_is_refused(env: dict, sql: str) -> None:
     assert err["message"].startswith("refused:"), err  # by the check, before DuckDB saw it
 
 
-def test_a_file_named_as_a_table_is_refused_by_the_sandbox(env: dict, tmp_path: Path) -> None:
-    """DuckDB reads `FROM 'data.csv'` (a replacement scan): to the check it is a table with an odd
-    name (ReadOnlyRules cannot say "a table named like a path is a file read"), so this one is
-    refused by the locked configuration, and the check's refusal does not apply."""
+def test_a_file_named_as_a_table_is_refused_by_the_check_and_the_sandbox(env: dict, tmp_path: Path) -> None:
+    """DuckDB reads `FROM 'data.csv'` as the file (a replacement scan): the check refuses a table
+    name that looks like a path (ReadOnlyRules.replacement_scans), and past the check the locked
+    configuration refuses it too."""
     secret = tmp_path / "secret.csv"
     secret.write_text("a\n42\n")
-    for sql in (f"SELECT * FROM '{secret}'", f'SELECT * FROM "{secret}"', f"FROM '{secret}'", "SELECT * FROM '/etc/passwd'"):
+    for sql in (
+        f"SELECT * FROM '{secret}'",
+        f'SELECT * FROM "{secret}"',
+        f"FROM '{secret}'",
+        "SELECT * FROM '/etc/passwd'",
+        "SELECT * FROM 'secret.csv'",
+        "SELECT * FROM main.'secret.csv' AS s",
+        "SELECT * FROM 'https://example.com/x.parquet'",
+        "SELECT * FROM '/etc/*'",
+        "WITH t AS (SELECT 1) SELECT * FROM t, 'data.json'",
+    ):
         err = error(env["handler"], "run_sql_readonly", target_id="shop", sql=sql)
-        assert err["code"] == "INVALID_ARGUMENT" and "42" not in err["message"], (sql, err)
-    assert (
-        "reads only its own data"
-        in error(env["handler"], "run_sql_readonly", target_id="shop", sql=f"FROM '{secret}'")["message"]
-    )
+        assert err["code"] == "INVALID_ARGUMENT" and "would be read as a file" in err["message"], (sql, err)
+        assert "42" not in err["message"]
+        assert error(env["handler"], "explain_sql", target_id="shop", sql=sql)["code"] == "INVALID_ARGUMENT"
+    conn = duck.ENGINE.connect(_Settings(str(env["path"])), timeout_s=1, io_timeout_s=1)
+    try:
+        with pytest.raises(InvalidArgument, match="reads only its own data"):
+            duck.ENGINE.execute(conn, f"FROM '{secret}'", timeout_ms=2000, max_rows=5, max_bytes=10_000)
+    finally:
+        conn.close()
+    # a plain or quoted table name without a path in it is still a table
+    assert ok(env["handler"], "run_sql_readonly", target_id="shop", sql='SELECT count(*) FROM "items"')["rows"] == [[50]]
 
 
 def test_hostile_statements_through_explain_sql(env: dict) -> None:
