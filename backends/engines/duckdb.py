@@ -52,6 +52,7 @@ SANDBOX: dict[str, Any] = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
+    "python_enable_replacements": False,  # a table name never reads a Python object of the gateway's frames
     "lock_configuration": True,
 }
 SYSTEM_SCHEMAS = ("information_schema", "pg_catalog")
@@ -219,7 +220,8 @@ def _connect(target: TargetSettings) -> DuckDBConnection:
         conn = duckdb.connect(path, read_only=True, config=dict(SANDBOX))
         return DuckDBConnection(conn, _file_id([path]), _default_schema(target))
     # Listed files: open the sandbox only as wide as they are, define the views, then lock it.
-    conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    opening = {name: value for name, value in SANDBOX.items() if name not in ("enable_external_access", "lock_configuration")}
+    conn = duckdb.connect(":memory:", config=opening)
     try:
         conn.execute(f"SET allowed_paths = [{', '.join(_literal(p) for p in files)}]")
         conn.execute("SET enable_external_access = false")

@@ -300,6 +300,7 @@ def test_table_facts_snapshot_and_privileges(env: dict) -> None:
         assert snapshot["items"]["unique"] == [["name"]]
         assert engine.privilege_warnings(conn) == []
         assert engine.has_rowid(conn, "main", "items") is False
+        assert _setting(conn, "python_enable_replacements") == "false"  # no Python object read as a table
     finally:
         conn.close()
     writable = duckdb.connect(str(env["tmp"] / "writable.duckdb"))
@@ -333,8 +334,13 @@ def test_listed_files_are_views_and_nothing_else_is_readable(env: dict) -> None:
         with pytest.raises(InvalidArgument, match="reads only its own data"):
             duck.ENGINE.execute(conn, "SET enable_external_access = true", timeout_ms=2000, max_rows=5, max_bytes=10_000)
         assert duck.ENGINE.privilege_warnings(conn) == []
+        assert _setting(conn, "python_enable_replacements") == "false"
     finally:
         conn.close()
+
+
+def _setting(conn: duck.DuckDBConnection, name: str) -> str:
+    return conn.conn.execute("SELECT value FROM duckdb_settings() WHERE name = ?", (name,)).fetchone()[0]
 
 
 # -- rules, the result cache and digests: engine-neutral, so DuckDB has them ------------------------
