@@ -123,9 +123,7 @@ def _scalar_type(kind: str, bounds: Mapping[str, Any], *, for_items: bool = Fals
             return Literal[tuple(enum)]  # type: ignore[valid-type]
         return Annotated[int, Field(strict=True, ge=bounds.get("minimum", INT64_MIN), le=bounds.get("maximum", INT64_MAX))]
     if kind == "number":
-        return Annotated[
-            float, Field(ge=bounds.get("minimum", -1e308), le=bounds.get("maximum", 1e308), allow_inf_nan=False)
-        ]
+        return Annotated[float, Field(ge=bounds.get("minimum", -1e308), le=bounds.get("maximum", 1e308), allow_inf_nan=False)]
     if kind == "boolean":
         return Annotated[bool, Field(strict=True)]
     if kind == "date":
@@ -402,9 +400,7 @@ def tools_module(builtin: Mapping[str, Mapping[str, bool]]) -> ConfigModule:
 
     def build(memory: Mapping[str, list[dict[str, Any]]], _variables: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
         errors: list[str] = []
-        targets = {
-            r["target_id"]: r for r in memory.get("runtime_mcp_target_profiles", ()) if r.get("effective", 1)
-        }
+        targets = {r["target_id"]: r for r in memory.get("runtime_mcp_target_profiles", ()) if r.get("effective", 1)}
         endpoint_rows = [dict(r) for r in memory["mcp_endpoints"]]
         toolsets: set[str] = set()
         for row in endpoint_rows:
@@ -448,7 +444,9 @@ def tools_module(builtin: Mapping[str, Mapping[str, bool]]) -> ConfigModule:
             row["active"] = 1 if row.get("active") else 0
             endpoint = str(row.get("endpoint") or "")
             if endpoint not in builtin and endpoint not in toolsets:
-                errors.append(f"{where}: endpoint {endpoint!r} is neither a built-in endpoint nor an active mcp_endpoints toolset")
+                errors.append(
+                    f"{where}: endpoint {endpoint!r} is neither a built-in endpoint nor an active mcp_endpoints toolset"
+                )
             elif name in builtin.get(endpoint, {}):
                 errors.append(f"{where}: tool_name {name!r} is a built-in tool of /mcp/{endpoint}")
             description = str(row.get("description") or "").strip()
