@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
