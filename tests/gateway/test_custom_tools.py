@@ -301,3 +301,68 @@ def test_toolset_serves_exactly_its_tools_with_its_own_token(gateway: GatewayPro
     admin(gateway, "DELETE FROM mcp_tools WHERE tool_name = 'support_orders'")
     admin(gateway, "LOAD MCP TOOLS TO RUNTIME")
     wait_for(lambda: gateway.client().post("/mcp/support").status_code == 404)
+
+
+def test_structured_admin_edits_validate_and_are_audited(gateway: GatewayProcess) -> None:
+    def call(name: str, **arguments: Any) -> dict[str, Any]:
+        with gateway.client(timeout=30.0) as http:
+            return call_tool(http, gateway, "admin", name, arguments)
+
+    bad = call(
+        "admin.upsert_custom_tool", tool_name="pct_orders", target_id="maria", description="Orders by status pattern.",
+        statement="SELECT id FROM orders WHERE status LIKE :pattern AND id = :missing",
+        parameters=[{"name": "pattern", "type": "string", "max_length": 20}],
+    )  # fmt: skip
+    assert bad["isError"] and ":missing" in bad["structuredContent"]["error"]["message"]
+    assert "pct_orders" not in json.dumps(call("admin.list_custom_tools")["structuredContent"])  # nothing kept
+    # A literal % in the statement: pymysql formats the text with %, so it must come through intact.
+    good = call(
+        "admin.upsert_custom_tool", tool_name="pct_orders", target_id="maria", description="Orders of a status, but not 'x%'.",
+        statement="SELECT id, '100%' AS pct FROM orders WHERE status LIKE :pattern AND status NOT LIKE 'x%' ORDER BY id",
+        parameters=[{"name": "pattern", "type": "string", "max_length": 20}], cache_ttl_ms=60000,
+    )  # fmt: skip
+    assert not good["isError"], good
+    assert not call("admin.load_to_runtime", module="MCP TOOLS")["isError"]
+    wait_for(lambda: "pct_orders" in tool_names(gateway, "query"))
+    _, (opened, again, shipped) = sdk(
+        gateway,
+        "query",
+        [("pct_orders", {"pattern": "op%"}), ("pct_orders", {"pattern": "op%"}), ("pct_orders", {"pattern": "ship%"})],
+    )
+    assert opened.structured_content["rows"] == [[1, "100%"], [3, "100%"]], opened.structured_content
+    assert opened.structured_content["stats"]["cache"] == "miss"
+    assert again.structured_content["stats"]["cache"] == "hit"  # cached by statement and values ...
+    assert shipped.structured_content["rows"] == [[2, "100%"]]  # ... another value is another entry
+    assert shipped.structured_content["stats"]["cache"] == "miss"
+    audit = call("admin.audit", limit=20)["structuredContent"]
+    assert "admin.upsert_custom_tool" in json.dumps(audit)
+    listed = call("admin.list_custom_tools")["structuredContent"]["rows"]
+    assert any(r["key"] == "pct_orders" and r["runtime"] for r in listed)
+    assert not call("admin.delete_custom_tool", tool_name="pct_orders")["isError"]
+    assert not call("admin.load_to_runtime", module="MCP TOOLS")["isError"]
+    wait_for(lambda: "pct_orders" not in tool_names(gateway, "query"))
+
+
+def test_query_rules_see_the_custom_tools_name(gateway: GatewayProcess) -> None:
+    admin(
+        gateway,
+        "INSERT INTO mcp_query_rules (rule_id, active, tool_name, error_msg, apply) VALUES (26001, 1, 'orders_lite', 'orders_lite is closed for maintenance', 1)",
+    )
+    admin(gateway, "LOAD MCP QUERY RULES TO RUNTIME")
+    try:
+        wait_for(lambda: sdk(gateway, "query", [("orders_lite", {"customer_id": 7})])[1][0].is_error)
+        _, (blocked, other) = sdk(gateway, "query", [("orders_lite", {"customer_id": 7}), ("orders_pg", {"customer_id": 7})])
+        assert "maintenance" in blocked.structured_content["error"]["message"]
+        assert other.is_error is False
+    finally:
+        admin(gateway, "DELETE FROM mcp_query_rules WHERE rule_id = 26001")
+        admin(gateway, "LOAD MCP QUERY RULES TO RUNTIME")
+
+
+def test_modern_era_tools_list_has_a_short_ttl(gateway: GatewayProcess) -> None:
+    from server_process import post_rpc
+
+    with gateway.client(timeout=30.0) as http:
+        answer = post_rpc(http, gateway, "query", "tools/list", {}, modern=True).json()["result"]
+    assert 0 < answer["ttlMs"] <= 5000
+    assert "orders_pg" in [t["name"] for t in answer["tools"]]
