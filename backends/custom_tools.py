@@ -400,7 +400,9 @@ def tools_module(builtin: Mapping[str, Mapping[str, bool]]) -> ConfigModule:
 
     def build(memory: Mapping[str, list[dict[str, Any]]], _variables: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
         errors: list[str] = []
-        targets = {r["target_id"]: r for r in memory.get("runtime_mcp_target_profiles", ()) if r.get("effective", 1)}
+        # Every loaded target with a known engine: one that does not serve now (a missing file, an
+        # unset password variable) still has a dialect to check against; its calls answer why not.
+        targets = {r["target_id"]: r for r in memory.get("runtime_mcp_target_profiles", ()) if r.get("protocol") in ENGINES}
         endpoint_rows = [dict(r) for r in memory["mcp_endpoints"]]
         toolsets: set[str] = set()
         for row in endpoint_rows:
@@ -476,8 +478,16 @@ def tools_module(builtin: Mapping[str, Mapping[str, bool]]) -> ConfigModule:
         ("mcp_tools", "mcp_endpoints"),
         build,
         secret_columns=("auth_tokens",),
+        warnings=_warnings,
         reads=("runtime_mcp_target_profiles",),
     )
+
+
+def _warnings(runtime: Mapping[str, list[dict[str, Any]]]) -> list[str]:
+    """What LOAD MCP TOOLS TO RUNTIME tells the admin besides: inactive tools and toolsets."""
+    found = [f"tool {r['tool_name']}: inactive (not served)" for r in runtime["runtime_mcp_tools"] if not r["active"]]
+    found += [f"endpoint {r['endpoint']}: inactive (not served)" for r in runtime["runtime_mcp_endpoints"] if not r["active"]]
+    return found
 
 
 # -- serving -----------------------------------------------------------------------------------

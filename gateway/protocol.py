@@ -269,7 +269,7 @@ class Dispatcher:
         name = params.get("name")
         style = self.services.runtime.var("mcp-tool_name_style")
         served = self.surface(env).find(name) if isinstance(name, str) else None
-        description = served.spec.describe(style=style) if served is not None and not served.disabled else None
+        description = Surface.describe(served, style) if served is not None and not served.disabled else None
         if description is None:
             raise ProtocolError(INVALID_PARAMS, f"unknown tool {name!r}", error_code="NOT_FOUND")
         return {"tool": description}

@@ -68,18 +68,19 @@ class Surface:
     def find(self, name: str) -> Served | None:
         return self._lookup.get(name)
 
+    @staticmethod
+    def describe(item: Served, style: str) -> dict[str, Any]:
+        """The tool as tools/list and tools/describe show it here (a pinned tool without target_id)."""
+        described = item.spec.describe(style=style)
+        if item.pin is not None:
+            described["inputSchema"] = _pinned(item.spec)
+            described["description"] += f"\n\nOn this endpoint it runs on target {item.pin} only."
+        return described
+
     def listing(self, style: str) -> list[dict[str, Any]]:
         listed = self._lists.get(style)
         if listed is None:
-            listed = []
-            for item in self.served:
-                if item.disabled:
-                    continue
-                described = item.spec.describe(style=style)
-                if item.pin is not None:
-                    described["inputSchema"] = _pinned(item.spec)
-                    described["description"] += f"\n\nOn this endpoint it runs on target {item.pin} only."
-                listed.append(described)
+            listed = [self.describe(item, style) for item in self.served if not item.disabled]
             self._lists[style] = listed
         return listed
 
