@@ -358,7 +358,10 @@ def compile_statement(
         kept = {m for m in re.findall(r"'__mcp_param_(\w+?)__'", checked.sql)}
         lost = {p.name for p in params if p.type != "identifier"} - kept
         if lost:
-            errors.append(f"{where}: :{sorted(lost)[0]} must stand where a value goes (it is not a value there)")
+            errors.append(
+                f"{where}: :{sorted(lost)[0]} must stand where a value goes; the read-only check removed it "
+                "(a LIMIT takes no parameter: max_rows caps the rows)"
+            )
             return ""
     return compiled
 
