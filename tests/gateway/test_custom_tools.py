@@ -289,6 +289,13 @@ def test_toolset_serves_exactly_its_tools_with_its_own_token(gateway: GatewayPro
     assert elsewhere.is_error and "pg" in elsewhere.structured_content["error"]["message"]
     assert [row[0] for row in custom.structured_content["rows"]] == [3]
     assert "support_orders" not in tool_names(gateway, "query")
+    from server_process import post_rpc
+
+    with gateway.client() as http:  # the 2026-07-28 era on the toolset too
+        modern = post_rpc(http, gateway, "support", "tools/call", {"name": "support_orders", "arguments": {"customer_id": 8}},
+                          modern=True, token=TOOLSET_TOKEN)  # fmt: skip
+        assert modern.status_code == 200 and modern.json()["result"]["resultType"] == "complete", modern.text
+        assert modern.json()["result"]["structuredContent"]["rows"][0][0] == 3
     with gateway.client() as http:  # the seven endpoints' tokens do not open it
         for endpoint in ("query", "admin"):
             refused = http.post("/mcp/support", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
