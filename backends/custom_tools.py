@@ -408,6 +408,7 @@ def tools_module(builtin: Mapping[str, Mapping[str, bool]]) -> ConfigModule:
         targets = {r["target_id"]: r for r in memory.get("runtime_mcp_target_profiles", ()) if r.get("protocol") in ENGINES}
         endpoint_rows = [dict(r) for r in memory["mcp_endpoints"]]
         toolsets: set[str] = set()
+        lent: dict[str, set[str]] = {}  # the built-in tool names each toolset serves
         for row in endpoint_rows:
             name = str(row.get("endpoint") or "")
             where = f"mcp_endpoints {name!r}"
@@ -429,6 +430,7 @@ def tools_module(builtin: Mapping[str, Mapping[str, bool]]) -> ConfigModule:
                     errors.append(f"{where}: builtin_tools: {word!r} is not endpoint/tool or endpoint/tool@target")
                     continue
                 source, tool_name, pin = ref
+                lent.setdefault(name, set()).add(tool_name)
                 if tool_name not in builtin.get(source, {}):
                     errors.append(f"{where}: builtin_tools: no built-in tool {tool_name!r} on /mcp/{source}")
                 elif pin is not None and not builtin[source][tool_name]:
@@ -452,8 +454,8 @@ def tools_module(builtin: Mapping[str, Mapping[str, bool]]) -> ConfigModule:
                 errors.append(
                     f"{where}: endpoint {endpoint!r} is neither a built-in endpoint nor an active mcp_endpoints toolset"
                 )
-            elif name in builtin.get(endpoint, {}):
-                errors.append(f"{where}: tool_name {name!r} is a built-in tool of /mcp/{endpoint}")
+            elif name in builtin.get(endpoint, {}) or name in lent.get(endpoint, set()):
+                errors.append(f"{where}: tool_name {name!r} is a built-in tool /mcp/{endpoint} serves")
             description = str(row.get("description") or "").strip()
             if not description or len(description) > MAX_DESCRIPTION:
                 errors.append(f"{where}: description is required (at most {MAX_DESCRIPTION} characters): the model reads it")
