@@ -266,19 +266,21 @@ def test_disabled_tool_disappears_and_its_call_is_refused(gateway: GatewayProces
 def test_toolset_serves_exactly_its_tools_with_its_own_token(gateway: GatewayProcess) -> None:
     admin(
         gateway,
-        "INSERT INTO mcp_endpoints (endpoint, title, instructions, builtin_tools, auth_tokens) VALUES "
-        f"('support', 'Support', 'Answer questions about orders.', 'query/run_sql_readonly@pg query/list_targets', {q(TOOLSET_TOKEN)})",
+        "INSERT INTO mcp_endpoints (endpoint, title, instructions, builtin_tools, auth_tokens, tools_disabled) VALUES "
+        "('support', 'Support', 'Answer questions about orders.', 'query/run_sql_readonly@pg query/list_targets query/list_tables', "
+        f"{q(TOOLSET_TOKEN)}, 'list_tab*')",
     )
     admin(gateway, tool_row("support_orders", "maria", endpoint="support"))
     admin(gateway, "LOAD MCP TOOLS TO RUNTIME")
     wait_for(lambda: gateway.client().post("/mcp/support").status_code != 404)
-    listed, (pinned, elsewhere, custom) = sdk(
+    listed, (pinned, elsewhere, custom, disabled) = sdk(
         gateway,
         "support",
         [
             ("run_sql_readonly", {"sql": "SELECT current_database() LIKE 'mcpgw%' AS pg"}),
             ("run_sql_readonly", {"sql": "SELECT 1", "target_id": "maria"}),
             ("support_orders", {"customer_id": 8}),
+            ("list_tables", {}),
         ],
         token=TOOLSET_TOKEN,
     )
@@ -288,6 +290,7 @@ def test_toolset_serves_exactly_its_tools_with_its_own_token(gateway: GatewayPro
     assert pinned.is_error is False and pinned.structured_content["target_id"] == "pg"
     assert elsewhere.is_error and "pg" in elsewhere.structured_content["error"]["message"]
     assert [row[0] for row in custom.structured_content["rows"]] == [3]
+    assert disabled.is_error and disabled.structured_content["error"]["code"] == "PERMISSION_DENIED"
     assert "support_orders" not in tool_names(gateway, "query")
     from server_process import post_rpc
 
