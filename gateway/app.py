@@ -78,7 +78,9 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         rows = toolset_rows(services.runtime)
         for name in [n for n in toolsets if n not in rows]:
             endpoints.pop(name, None)
-            toolsets.pop(name)
+            gone = toolsets.pop(name)
+            if gone._threads is not None:  # its blocking calls' threads; calls in flight finish
+                gone._threads.shutdown(wait=False)
         for name, row in rows.items():
             if name in toolsets:
                 toolsets[name].update(row)
