@@ -207,6 +207,58 @@ CREATE TABLE IF NOT EXISTS runtime_rag_sources (
     comment             TEXT NOT NULL DEFAULT ''
 );
 
+-- MCP TOOLS (backends/custom_tools.py): admin-defined parameterised SQL tools, and toolsets
+-- (admin-defined endpoints at /mcp/<endpoint>, each with its own token). LOAD MCP TOOLS TO RUNTIME
+-- validates every row against the targets that serve (the statement in the target's dialect,
+-- the read-only check, placeholders against parameters) or changes nothing.
+CREATE TABLE IF NOT EXISTS mcp_tools (
+    tool_name     TEXT PRIMARY KEY,               -- what tools/list shows; [a-z][a-z0-9_]*, unique across endpoints
+    endpoint      TEXT NOT NULL DEFAULT 'query',  -- one of the seven endpoints or an mcp_endpoints toolset
+    target_id     TEXT NOT NULL,                  -- the MCP PROFILES target it runs on
+    description   TEXT NOT NULL DEFAULT '',       -- what the model reads: required, at most 2000 characters
+    statement     TEXT NOT NULL DEFAULT '',       -- one read-only statement with :named placeholders
+    parameters    TEXT NOT NULL DEFAULT '[]',     -- JSON list: {name, type, required, default, description, bounds}
+    max_rows      INTEGER,                        -- NULL: the target's (never above it)
+    timeout_ms    INTEGER,                        -- NULL: the target's (never above it)
+    cache_ttl_ms  INTEGER,                        -- NULL: the target's cache_ttl_ms; 0: never cached
+    active        INTEGER NOT NULL DEFAULT 1,
+    comment       TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS runtime_mcp_tools (
+    tool_name     TEXT PRIMARY KEY,               -- what tools/list shows; [a-z][a-z0-9_]*, unique across endpoints
+    endpoint      TEXT NOT NULL DEFAULT 'query',  -- one of the seven endpoints or an mcp_endpoints toolset
+    target_id     TEXT NOT NULL,                  -- the MCP PROFILES target it runs on
+    description   TEXT NOT NULL DEFAULT '',       -- what the model reads: required, at most 2000 characters
+    statement     TEXT NOT NULL DEFAULT '',       -- one read-only statement with :named placeholders
+    parameters    TEXT NOT NULL DEFAULT '[]',     -- JSON list: {name, type, required, default, description, bounds}
+    max_rows      INTEGER,                        -- NULL: the target's (never above it)
+    timeout_ms    INTEGER,                        -- NULL: the target's (never above it)
+    cache_ttl_ms  INTEGER,                        -- NULL: the target's cache_ttl_ms; 0: never cached
+    active        INTEGER NOT NULL DEFAULT 1,
+    comment       TEXT NOT NULL DEFAULT '',
+    compiled_sql  TEXT NOT NULL DEFAULT ''        -- the statement with each placeholder as its marker (backends/binding.py)
+);
+CREATE TABLE IF NOT EXISTS mcp_endpoints (
+    endpoint      TEXT PRIMARY KEY,               -- served at /mcp/<endpoint>; not one of the seven
+    title         TEXT NOT NULL DEFAULT '',
+    instructions  TEXT NOT NULL DEFAULT '',       -- what initialize answers as instructions
+    builtin_tools TEXT NOT NULL DEFAULT '',       -- built-in tools it serves: 'query/run_sql_readonly@support_db ...'
+    auth_tokens   TEXT NOT NULL DEFAULT '',       -- its bearer token(s), comma separated (or env:NAME / file:/path)
+    tools_disabled TEXT NOT NULL DEFAULT '',      -- tool names or globs it does not serve
+    active        INTEGER NOT NULL DEFAULT 1,
+    comment       TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS runtime_mcp_endpoints (
+    endpoint      TEXT PRIMARY KEY,               -- served at /mcp/<endpoint>; not one of the seven
+    title         TEXT NOT NULL DEFAULT '',
+    instructions  TEXT NOT NULL DEFAULT '',       -- what initialize answers as instructions
+    builtin_tools TEXT NOT NULL DEFAULT '',       -- built-in tools it serves: 'query/run_sql_readonly@support_db ...'
+    auth_tokens   TEXT NOT NULL DEFAULT '',       -- its bearer token(s), comma separated (or env:NAME / file:/path)
+    tools_disabled TEXT NOT NULL DEFAULT '',      -- tool names or globs it does not serve
+    active        INTEGER NOT NULL DEFAULT 1,
+    comment       TEXT NOT NULL DEFAULT ''
+);
+
 -- @section rag_vectors
 -- Vector storage of rag.db (backends/retrieval/storage/sqlite/vector_store.py applies it via vector_schema(dim); {dim} is the
 -- index's embedding dimension). SQLite holds the truth: float32 L2-normalised vectors in a plain

@@ -22,11 +22,13 @@ import json
 import logging
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from backends.binding import bind
 from backends.digest import DigestRecorder, digest_of, normalize_text
 from backends.engines.base import ResultSet
 from backends.pools import TargetPools
@@ -65,6 +67,11 @@ INLINE_SQL_CHARS = 4096  # longer statements are checked in a thread: a first ch
 RESULT_HASH_MAX_BYTES = 262_144  # larger results are not hashed (cache-candidate evidence): not worth the CPU
 
 
+def _params_key(params: Mapping[str, Any]) -> str:
+    """Bound values as part of a cache key: the same statement with other values is another entry."""
+    return orjson.dumps(dict(params), option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
 def _var(runtime: Runtime, declaration: Variable) -> Any:
     """The runtime value; the declaration's default while a runtime predates the declaration."""
     if declaration.name in runtime.variables:
@@ -84,6 +91,10 @@ class Statement:
     tool_name: str | None = None  # what query rules match and digests record; None: the calling tool
     explain: str | None = None  # None, "plan" or "analyze"
     cache: str = "use"  # use | bypass | refresh (CACHE_MODES)
+    # A custom tool's bound values by parameter name (backends/binding.py): the driver binds them
+    # to the markers of `sql`; None: a statement without parameters.
+    params: Mapping[str, Any] | None = None
+    cache_ttl_ms: int | None = None  # None: the target's cache_ttl_ms (a query rule's cache_ttl wins over both)
 
 
 @dataclass
@@ -101,6 +112,7 @@ class Prepared:
     cache_ttl_ms: int = 0  # 0: not cached
     cache_mode: str = "use"
     cache_key: str | None = None  # None: the cache is not consulted nor filled
+    params: Mapping[str, Any] | None = None  # bound values (Statement.params)
 
 
 class ReadOnlySql:
@@ -181,7 +193,10 @@ class ReadOnlySql:
         timeout = min(statement.timeout_ms or target.timeout_ms, target.timeout_ms, outcome.timeout_ms or target.timeout_ms)
         timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
         stats: dict[str, Any] = {"max_rows": rows_cap, "max_bytes": max_bytes, "timeout_ms": timeout, "rules": outcome.matched}
-        prepared = Prepared(tool_name=tool_name, target=target, schema=schema, started=started, stats=stats, explain=explain)
+        prepared = Prepared(
+            tool_name=tool_name, target=target, schema=schema, started=started, stats=stats, explain=explain,
+            params=statement.params,
+        )  # fmt: skip
         if outcome.ok_msg is not None:
             prepared.message = outcome.ok_msg
             return prepared
@@ -193,7 +208,9 @@ class ReadOnlySql:
         if explain and checked.kind != "select":
             raise refuse("explain_sql takes a SELECT without EXPLAIN")
         self._check_privileges(ctx.runtime, target)
-        ttl = target.cache_ttl_ms if outcome.cache_ttl is None else outcome.cache_ttl
+        ttl = outcome.cache_ttl
+        if ttl is None:
+            ttl = target.cache_ttl_ms if statement.cache_ttl_ms is None else statement.cache_ttl_ms
         stats["cache"] = "off"
         if self.cache is not None and ttl > 0 and not explain:
             prepared.cache_ttl_ms, prepared.cache_mode = ttl, cache
@@ -201,7 +218,8 @@ class ReadOnlySql:
             if cache != "bypass":
                 prepared.cache_key = cache_key(
                     target_id=target.target_id, fingerprint=self.cache.fingerprint(ctx.runtime, target.target_id),
-                    schema=schema or "", sql=checked.sql, max_rows=rows_cap, max_bytes=max_bytes,
+                    schema=schema or "", max_rows=rows_cap, max_bytes=max_bytes,
+                    sql=checked.sql if statement.params is None else checked.sql + "\x00" + _params_key(statement.params),
                 )  # fmt: skip
         return prepared
 
@@ -233,11 +251,14 @@ class ReadOnlySql:
         with self.targets.connection(target.target_id) as (target, conn):
             engine = target.engine
             text = engine.explain_prefix(conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
+            values = None
+            if prepared.params is not None:
+                text, values = bind(text, engine, prepared.params)
             db_started = time.perf_counter()
             try:
                 result = engine.execute(
                     conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
-                    max_bytes=stats["max_bytes"], schema=prepared.schema,
+                    max_bytes=stats["max_bytes"], schema=prepared.schema, **({} if values is None else {"params": values}),
                 )  # fmt: skip
             finally:
                 elapsed_us = (time.perf_counter() - db_started) * 1e6

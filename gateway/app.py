@@ -32,6 +32,7 @@ from gateway.host_guard import HostGuard
 from gateway.metrics import Metrics
 from gateway.protocol import Dispatcher, Endpoint
 from gateway.services import Services
+from gateway.surface import ToolsetHandler, toolset_rows
 from gateway.tool_counters import ToolCounters
 from gateway.tools import ToolHandler
 from gateway.transport import McpTransport, not_found_body, refusal_reply
@@ -70,6 +71,24 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
     endpoints: dict[str, Endpoint] = {h.endpoint: Endpoint(h.endpoint, h) for h in handlers}
     dispatcher = Dispatcher(services)
     transport = McpTransport(services, endpoints, dispatcher, metrics)
+    toolsets: dict[str, ToolsetHandler] = {}
+
+    def sync_toolsets() -> None:
+        """Route /mcp/<name> for each active toolset (MCP TOOLS) of the current runtime, and no other."""
+        rows = toolset_rows(services.runtime)
+        for name in [n for n in toolsets if n not in rows]:
+            endpoints.pop(name, None)
+            gone = toolsets.pop(name)
+            if gone._threads is not None:  # its blocking calls' threads; calls in flight finish
+                gone._threads.shutdown(wait=False)
+        for name, row in rows.items():
+            if name in toolsets:
+                toolsets[name].update(row)
+            elif name not in services.handlers:
+                toolsets[name] = ToolsetHandler(services, name, row)
+                endpoints[name] = Endpoint(name, toolsets[name])
+
+    sync_toolsets()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -91,7 +110,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         await anyio.to_thread.run_sync(workers.applied, store, services.runtime.version)
         follower = _cluster_follower(services)
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_follow_runtime, services, handlers)
+            tasks.start_soon(_follow_runtime, services, handlers, sync_toolsets)
             tasks.start_soon(_flush_stats, services)
             yield
             tasks.cancel_scope.cancel()
@@ -100,7 +119,7 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
         metrics.flush()
         await anyio.to_thread.run_sync(_flush_counters, services)
         await anyio.to_thread.run_sync(workers.leave, store)
-        for handler in handlers:
+        for handler in [*handlers, *toolsets.values()]:
             with contextlib.suppress(Exception):
                 await handler.close()
         await anyio.to_thread.run_sync(close_backends, services)
@@ -189,7 +208,7 @@ def _cluster_follower(services: Services) -> ClusterFollower | None:
     return follower
 
 
-async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> None:
+async def _follow_runtime(services: Services, handlers: list[ToolHandler], sync_toolsets: Callable[[], None]) -> None:
     """Poll runtime_state.version; on change swap the snapshot and tell the pools, handlers and TLS.
     Carry out cache flush requests (gateway.workers) on the same poll."""
     store = services.store
@@ -207,6 +226,7 @@ async def _follow_runtime(services: Services, handlers: list[ToolHandler]) -> No
                 continue
             new = await anyio.to_thread.run_sync(store.read_runtime)
             old, services.runtime = services.runtime, new
+            sync_toolsets()  # on the loop, where requests route
             if services.targets is not None:
                 try:  # rebuilds only the pools of targets that changed
                     await anyio.to_thread.run_sync(services.targets.update, new)

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from backends import readonly
+from backends.custom_tools import CustomTools, tools_module
 from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
 from backends.engines.postgresql import CLUSTER_DATABASE
 from backends.pools import TargetPools
@@ -25,7 +26,7 @@ from gateway.data_files import DataFiles
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore
 from gateway.tools import ToolHandler
-from gateway.variables import Variable, all_variables
+from gateway.variables import Variable, all_variables, tools_disabled_variable
 from handlers import HANDLER_CLASSES
 
 log = logging.getLogger("mcp_gateway")
@@ -42,11 +43,27 @@ def endpoints() -> tuple[str, ...]:
 
 def declared_variables() -> dict[str, Variable]:
     handler_variables = (v for cls in HANDLER_CLASSES for v in cls.variables)
-    return all_variables((*BACKEND_VARIABLES, *handler_variables), endpoints=endpoints())
+    disabled = (tools_disabled_variable(e) for e in endpoints())
+    return all_variables((*BACKEND_VARIABLES, *handler_variables, *disabled), endpoints=endpoints())
+
+
+def builtin_tools() -> dict[str, dict[str, bool]]:
+    """Each built-in endpoint's tools (both spellings), and whether each takes a target_id (can be pinned)."""
+    catalog: dict[str, dict[str, bool]] = {}
+    for cls in HANDLER_CLASSES:
+        tools = catalog.setdefault(cls.endpoint, {})
+        for spec in cls.tools.values():
+            takes_target = "target_id" in spec.input_schema.get("properties", {})
+            tools[spec.name] = tools[spec.portable_name] = takes_target
+    return catalog
 
 
 def config_modules() -> list[ConfigModule]:
-    return [*BACKEND_CONFIG_MODULES, *(m for cls in HANDLER_CLASSES for m in cls.config_modules)]
+    return [
+        *BACKEND_CONFIG_MODULES,
+        tools_module(builtin_tools()),
+        *(m for cls in HANDLER_CLASSES for m in cls.config_modules),
+    ]
 
 
 def data_files() -> list[DataFiles]:
@@ -78,6 +95,7 @@ def share_backends(services: Services) -> None:
     services.targets = TargetPools(services.runtime)
     services.result_cache = ResultCache(services.data_dir, services.runtime, services.metrics)
     services.sql = ReadOnlySql(services.targets, services.store, cache=services.result_cache, evidence=services.evidence)
+    services.custom_tools = CustomTools(services.sql).by_endpoint
     services.cache_flushers["readonly_shapes"] = lambda _target_id: readonly.clear_caches()
     services.cache_flushers["query_results"] = functools.partial(_clear_results, services.result_cache)
 

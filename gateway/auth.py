@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
+from typing import Any
 
 from gateway.runtime import Runtime
 
@@ -34,10 +35,25 @@ def presented_token(authorization: str | None, query: Mapping[str, str], *, allo
     return None, "missing"
 
 
+_toolset_tokens: list[Any] = [None, {}]  # (the runtime_mcp_endpoints rows, their tokens by endpoint)
+
+
 def accepted_tokens(endpoint: str, runtime: Runtime) -> tuple[str, ...]:
-    """The static bearer tokens an endpoint accepts (its `mcp-<endpoint>_endpoint_auth`), in one place:
-    every way a caller is admitted by a static token asks here."""
-    return runtime.variables[f"mcp-{endpoint}_endpoint_auth"]
+    """The static bearer tokens an endpoint accepts, in one place: every way a caller is admitted
+    by a static token asks here. A built-in endpoint's are its `mcp-<endpoint>_endpoint_auth`; an
+    admin-defined endpoint's (a toolset, MCP TOOLS) its mcp_endpoints row's auth_tokens."""
+    tokens = runtime.variables.get(f"mcp-{endpoint}_endpoint_auth")
+    if tokens is not None:
+        return tokens
+    rows = runtime.table("runtime_mcp_endpoints")
+    if _toolset_tokens[0] is not rows:
+        _toolset_tokens[1] = {
+            r["endpoint"]: tuple(t for t in (w.strip() for w in str(r.get("auth_tokens") or "").split(",")) if t)
+            for r in rows
+            if r.get("active")
+        }
+        _toolset_tokens[0] = rows
+    return _toolset_tokens[1].get(endpoint, ())
 
 
 def check_endpoint(

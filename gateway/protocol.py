@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 import re
 import time
@@ -29,9 +30,12 @@ from gateway.errors import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     UNSUPPORTED_PROTOCOL_VERSION,
+    InvalidArgument,
+    PermissionDenied,
     ProtocolError,
     Unavailable,
 )
+from gateway.surface import Surface, build_surface, disabled_variable
 from gateway.tokens import fingerprint
 from gateway.tools import error_result
 
@@ -47,7 +51,9 @@ ALL_VERSIONS = (*LEGACY_VERSIONS, *MODERN_VERSIONS)
 DEFAULT_HEADER_VERSION = "2025-03-26"  # what an absent MCP-Protocol-Version header means
 META_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 NAME_BEARING = {"tools/call": "name", "tools/describe": "name", "prompts/get": "name", "resources/read": "uri"}
-LIST_TTL_MS = 60_000  # tool lists change only on restart: clients may cache them for a minute
+# A LOAD (MCP TOOLS, a tools_disabled variable) changes a tool list without a restart: clients
+# refresh within a few seconds.
+LIST_TTL_MS = 5_000
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,19 @@ class Dispatcher:
             "tools/describe": self._tools_describe,
             "tools/call": self._tools_call,
         }  # no prompts or resources: they are not advertised, and their methods are -32601 like any other
+        self._surfaces: dict[str, tuple[Any, Surface]] = {}  # endpoint -> (the runtime it was built from, its surface)
+
+    def surface(self, env: Envelope) -> Surface:
+        """The endpoint's tool surface in the current runtime (gateway.surface), rebuilt after a LOAD."""
+        runtime = self.services.runtime
+        name = env.endpoint.name
+        built = self._surfaces.get(name)
+        if built is None or built[0] is not runtime:
+            surface = build_surface(
+                name, env.endpoint.handler, runtime, self.services.handlers, self.services.custom_tools  # type: ignore[arg-type]
+            )
+            built = self._surfaces[name] = (runtime, surface)
+        return built[1]
 
     # -- entry point -----------------------------------------------------------------------
     async def dispatch(self, message: Any, env: Envelope) -> dict[str, Any] | None:
@@ -127,7 +146,7 @@ class Dispatcher:
             outcome = "error"
         elif method_label == "tools/call" and answer is not None:
             result = answer["result"]
-            tool = env.endpoint.handler.find_tool(message["params"]["name"]).name  # it ran: the name resolves
+            tool = self.surface(env).find(message["params"]["name"]).spec.name  # it ran: the name resolves
             content = result["structuredContent"]
             tool_outcome = content["error"]["code"] if result["isError"] else "ok"
             metrics.tool_call(endpoint, tool, tool_outcome, version, seconds)
@@ -234,7 +253,7 @@ class Dispatcher:
 
     async def _tools_list(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         runtime = self.services.runtime
-        tools = env.endpoint.handler.get_tool_list(style=runtime.var("mcp-tool_name_style"))
+        tools = self.surface(env).listing(runtime.var("mcp-tool_name_style"))
         page_size = runtime.var("mcp-tools_page_size")
         start = _decode_cursor(params.get("cursor"))
         if start > len(tools):
@@ -249,7 +268,8 @@ class Dispatcher:
     async def _tools_describe(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         name = params.get("name")
         style = self.services.runtime.var("mcp-tool_name_style")
-        description = env.endpoint.handler.get_tool_description(name, style=style) if isinstance(name, str) else None
+        served = self.surface(env).find(name) if isinstance(name, str) else None
+        description = Surface.describe(served, style) if served is not None and not served.disabled else None
         if description is None:
             raise ProtocolError(INVALID_PARAMS, f"unknown tool {name!r}", error_code="NOT_FOUND")
         return {"tool": description}
@@ -257,14 +277,29 @@ class Dispatcher:
     async def _tools_call(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         name = params.get("name")
         arguments = params.get("arguments") or {}
-        handler = env.endpoint.handler
-        spec = handler.find_tool(name) if isinstance(name, str) else None
-        if spec is None:
+        served = self.surface(env).find(name) if isinstance(name, str) else None
+        if served is None:
             raise ProtocolError(INVALID_PARAMS, f"unknown tool {name!r} on /mcp/{env.endpoint.name}", error_code="NOT_FOUND")
+        spec, handler = served.spec, served.handler
         if not isinstance(arguments, dict):
             raise ProtocolError(INVALID_PARAMS, "arguments must be an object")
+        if served.disabled:
+            where = env.endpoint.name
+            return error_result(
+                PermissionDenied(
+                    f"tool {spec.name} is disabled on /mcp/{where} ({disabled_variable(where)} or the toolset's tools_disabled)"
+                )
+            )
         if env.endpoint.down_reason:
             return error_result(Unavailable(f"/mcp/{env.endpoint.name} is unavailable: {env.endpoint.down_reason}"))
+        if handler.down_reason:
+            return error_result(Unavailable(f"/mcp/{handler.endpoint} is unavailable: {handler.down_reason}"))
+        if served.pin is not None:
+            if arguments.get("target_id") not in (None, served.pin):
+                return error_result(
+                    InvalidArgument(f"target_id: {spec.name} runs on target {served.pin} only on /mcp/{env.endpoint.name}")
+                )
+            arguments = {**arguments, "target_id": served.pin}
         ctx = handler.context(
             spec,
             self.services.runtime,
@@ -272,6 +307,8 @@ class Dispatcher:
             client=env.client,
             token_fingerprint=fingerprint(env.token) if env.token else "",
         )
+        if handler.endpoint != env.endpoint.name:  # a built-in tool served on a toolset
+            ctx = dataclasses.replace(ctx, endpoint=env.endpoint.name)
         return await handler.execute_tool(spec, arguments, ctx)
 
 

@@ -56,3 +56,5 @@ class Services:
     # admin_flush_cache{cache_type}: what each kind of cache clears in this process, given a
     # target_id or None, returning the entries dropped (gateway.workers runs them in every worker).
     cache_flushers: dict[str, Callable[[str | None], int]] = field(default_factory=dict)
+    # The admin-defined SQL tools of a runtime, as ToolSpecs by endpoint (backends.custom_tools; gateway.surface).
+    custom_tools: Callable[[Runtime], Mapping[str, tuple[Any, ...]]] | None = None

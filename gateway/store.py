@@ -58,6 +58,9 @@ class ConfigModule:
     # Checks memory rows as build does, minus build's side effects (connecting to a target):
     # what a structured edit runs before it commits. None: build itself is side-effect free.
     validate: BuildFn | None = None
+    # Runtime tables of other modules that build and validate see beside the memory rows (e.g.
+    # the targets a custom tool names): what serves when the LOAD runs.
+    reads: tuple[str, ...] = ()
 
 
 def _build_variables(
@@ -184,7 +187,8 @@ class ConfigStore:
         conn = self.conn()
         with sqlite.transaction(conn):
             memory = cluster_layers.module_rows(conn, "main", module.tables)
-            runtime_rows = module.build(memory, self.variables)  # raises ConfigError: nothing changed
+            context = {**memory, **cluster_layers.module_rows(conn, "main", module.reads)} if module.reads else memory
+            runtime_rows = module.build(context, self.variables)  # raises ConfigError: nothing changed
             if self.cluster is not None and publish:
                 shared = cluster_layers.shared(self, memory), cluster_layers.shared(self, runtime_rows)
                 cluster_layers.record_applied(conn, module.name, self.cluster.publish(module.name, *shared))

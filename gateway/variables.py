@@ -241,6 +241,16 @@ def endpoint_auth_variable(endpoint: str) -> Variable:
     )
 
 
+def tools_disabled_variable(endpoint: str) -> Variable:
+    """The tools /mcp/<endpoint> does not serve (gateway/surface.py)."""
+    return _v(
+        f"mcp-{endpoint}_tools_disabled",
+        "list",
+        "",
+        f"Tools /mcp/{endpoint} does not serve: names or globs (run_sql_*), comma separated. Not listed; a call is refused.",
+    )
+
+
 def all_variables(extra: Iterable[Variable] = (), *, endpoints: Iterable[str] = ()) -> dict[str, Variable]:
     """The core variables, the token variable of each endpoint, and those handlers and backends
     declare; a duplicate name is a programming error."""

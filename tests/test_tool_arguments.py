@@ -188,12 +188,21 @@ def gateway(mariadb_db: dict, postgres_db: dict) -> Iterator[GatewayProcess]:
                 "INSERT INTO mcp_target_profiles (target_id, protocol, host, port, database, auth_profile_id) "
                 f"VALUES ('pg', 'pgsql', '127.0.0.1', {postgres_db['port']}, '{postgres_db['dbname']}', 'pg')",
                 "LOAD MCP PROFILES TO RUNTIME",
+                # A custom SQL tool (MCP TOOLS): its generated inputSchema is checked like every other.
+                "INSERT INTO mcp_tools (tool_name, endpoint, target_id, description, statement, parameters) VALUES "
+                "('parts_by_weight', 'query', 'maria', 'Parts of a name heavier than a weight, among some ids.', "
+                "'SELECT id, name FROM parts WHERE name LIKE :name AND weight >= :weight AND id IN (:ids) AND :on', "
+                '\'[{"name": "name", "type": "string", "max_length": 40}, {"name": "weight", "type": "number"}, '
+                '{"name": "ids", "type": "array", "items": "integer"}, {"name": "on", "type": "boolean", "default": true}]\')',
+                "LOAD MCP TOOLS TO RUNTIME",
             ]
             for statement in statements:
                 _admin(process, http, statement)
             deadline = time.monotonic() + 10  # the worker follows the runtime within a second
             while time.monotonic() < deadline:
-                if len(call_tool(http, process, "query", "list_targets", {})["structuredContent"]["targets"]) == 2:
+                listed = _post(process, http, "query", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}').json()
+                custom = any(t["name"] == "parts_by_weight" for t in listed["result"]["tools"])
+                if custom and len(call_tool(http, process, "query", "list_targets", {})["structuredContent"]["targets"]) == 2:
                     break
                 time.sleep(0.2)
         yield process
@@ -245,6 +254,7 @@ def test_every_numeric_argument_has_bounds(gateway: GatewayProcess) -> None:
     with gateway.client() as http:
         tools = published_tools(gateway, http)
     assert len(tools) >= 30, tools
+    assert ("query", "parts_by_weight") in [(e, t["name"]) for e, t in tools], "the custom tool is covered too"
     unbounded = []
     for endpoint, tool in tools:
         schema = tool["inputSchema"]

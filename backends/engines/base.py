@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -104,12 +104,25 @@ Runner = Callable[..., tuple]
 
 
 def timed_run(
-    run: Runner, conn: Any, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    run: Runner,
+    conn: Any,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    params: Sequence[Any] | None = None,
 ) -> ResultSet:
-    """Run one statement through an engine's runner and wrap what it read as a ResultSet."""
+    """Run one statement through an engine's runner and wrap what it read as a ResultSet.
+    `params`: values the driver binds to the statement's placeholders (the engine's
+    `placeholder` style); None: a statement without placeholders (the runner gets none)."""
     timeout_ms = max(1, int(timeout_ms))
     started = time.perf_counter()
-    columns, rows, reason, size = run(conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+    extra = {} if params is None else {"params": params}
+    columns, rows, reason, size = run(
+        conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, **extra
+    )
     return ResultSet(
         columns=columns,
         rows=rows,
@@ -200,9 +213,22 @@ class Engine(Protocol):
 
     # -- read-only execution (backends/sql.py) --
     def execute(
-        self, conn: Any, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None = None
+        self,
+        conn: Any,
+        sql: str,
+        *,
+        timeout_ms: int,
+        max_rows: int,
+        max_bytes: int,
+        schema: str | None = None,
+        params: Sequence[Any] | None = None,
     ) -> ResultSet:
-        """Run one checked statement read-only, with a server-side timeout and the row/byte caps."""
+        """Run one checked statement read-only, with a server-side timeout and the row/byte caps.
+        `params` are bound by the driver to the statement's placeholders (`placeholder` style)."""
+        ...
+
+    def bound_placeholder(self, position: int) -> str:
+        """The driver's placeholder for the bound value at `position` (1-based): %s, $1 or ?."""
         ...
 
     def explain_prefix(self, conn: Any, *, analyze: bool) -> str:

@@ -26,7 +26,7 @@ import hashlib
 import math
 import re
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pymysql
@@ -211,7 +211,14 @@ def _needs_rollback(conn: pymysql.connections.Connection) -> bool:
 
 
 def _run_mysql(
-    conn: pymysql.connections.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    conn: pymysql.connections.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    params: Sequence[Any] | None = None,
 ) -> tuple:
     if conn.client_flag & CLIENT.MULTI_STATEMENTS:
         raise Unavailable("refusing a MySQL connection opened with CLIENT_MULTI_STATEMENTS")
@@ -228,7 +235,9 @@ def _run_mysql(
         else:
             cur.execute(f"SET SESSION transaction_read_only = 1, SESSION max_execution_time = {timeout_ms}")
             cur.execute("START TRANSACTION READ ONLY")
-        cur.execute(sql)  # no args: pymysql does no %-formatting
+        # No args: pymysql does no %-formatting. With args (a custom tool's bound values; the text
+        # has %s placeholders and every literal % doubled), pymysql escapes each value itself.
+        cur.execute(sql, None if params is None else tuple(params))
         if cur.description is None:
             return [], [], None, 2
         columns = [{"name": d[0], "type": _TYPES.get(d[1], str(d[1]))} for d in cur.description]
@@ -803,8 +812,15 @@ class MySQL:
         max_rows: int,
         max_bytes: int,
         schema: str | None = None,
+        params: Sequence[Any] | None = None,
     ) -> ResultSet:
-        return timed_run(_run_mysql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+        return timed_run(
+            _run_mysql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
+        )
+
+    @staticmethod
+    def bound_placeholder(position: int) -> str:
+        return "%s"
 
     @staticmethod
     def explain_prefix(conn: pymysql.connections.Connection, *, analyze: bool) -> str:

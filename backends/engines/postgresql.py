@@ -35,10 +35,11 @@ import math
 import os
 import select
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import adapt as pgadapt
 from psycopg import sql as pgsql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -258,14 +259,27 @@ def _pg_type_name(conn: psycopg.Connection, oid: int) -> str:
 
 
 def _run_pgsql(
-    conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    conn: psycopg.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    params: Sequence[Any] | None = None,
 ) -> tuple:
     if schema and "\x00" in schema:
         raise InvalidArgument("a schema name cannot contain a NUL character")
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         conn.rollback()
     run = _pg_pipelined if _PG_PIPELINE else _pg_three_trips
+    if params is not None and not _PG_PIPELINE:
+        raise Unavailable("custom SQL tools on PostgreSQL need libpq 14 or later (pipeline mode)")
     try:
+        if params is not None:
+            return _pg_pipelined(
+                conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
+            )
         return run(conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
     except psycopg.Error as exc:
         raise translate(exc, timeout_ms=timeout_ms) from exc
@@ -394,9 +408,21 @@ class _PgRows:
 
 
 def _pg_pipelined(
-    conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    conn: psycopg.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    params: Sequence[Any] | None = None,
 ) -> tuple:
     encoding = conn.info.encoding
+    bound = None
+    if params is not None:  # $n placeholders: psycopg's own dumpers make each value's wire form and type
+        transformer = pgadapt.Transformer(conn)
+        values = transformer.dump_sequence(list(params), [pgadapt.PyFormat.AUTO] * len(params))
+        bound = (values, transformer.types, transformer.formats)
     try:
         text = sql.encode(encoding)
         settings, params = _PG_SETTINGS, [str(timeout_ms).encode()]
@@ -408,7 +434,7 @@ def _pg_pipelined(
         ) from None
     wire = _PgWire(conn.pgconn, timeout_ms / 1000 + _PG_MARGIN_S)
     with conn.lock:  # as psycopg's own operations: one user of the connection at a time
-        outcome = _pg_pipeline(conn, wire, text, settings, params, max_rows=max_rows, max_bytes=max_bytes)
+        outcome = _pg_pipeline(conn, wire, text, settings, params, max_rows=max_rows, max_bytes=max_bytes, bound=bound)
     if isinstance(outcome, Exception):
         # After a statement error the server skipped our ROLLBACK; _pg_end sends it (a second
         # round trip, on errors only).
@@ -417,7 +443,15 @@ def _pg_pipelined(
 
 
 def _pg_pipeline(
-    conn: psycopg.Connection, wire: _PgWire, sql: bytes, settings: bytes, params: list[bytes], *, max_rows: int, max_bytes: int
+    conn: psycopg.Connection,
+    wire: _PgWire,
+    sql: bytes,
+    settings: bytes,
+    params: list[bytes],
+    *,
+    max_rows: int,
+    max_bytes: int,
+    bound: tuple[Any, Any, Any] | None = None,
 ) -> tuple | Exception:
     pgconn = conn.pgconn
     pgconn.enter_pipeline_mode()
@@ -427,7 +461,11 @@ def _pg_pipeline(
         # protocol, whose Parse refuses a second statement in the caller's text.
         pgconn.send_query_params(_PG_BEGIN, None)
         pgconn.send_query_params(settings, params)
-        pgconn.send_query_params(sql, None)
+        if bound is None:
+            pgconn.send_query_params(sql, None)
+        else:
+            values, types, formats = bound
+            pgconn.send_query_params(sql, values, param_types=types, param_formats=formats)
         pgconn.send_query_params(_PG_ROLLBACK, None)
         pgconn.pipeline_sync()
         wire.flush()
@@ -1124,9 +1162,22 @@ class PostgreSQL:
     # -- read-only execution
     @staticmethod
     def execute(
-        conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None = None
+        conn: psycopg.Connection,
+        sql: str,
+        *,
+        timeout_ms: int,
+        max_rows: int,
+        max_bytes: int,
+        schema: str | None = None,
+        params: Sequence[Any] | None = None,
     ) -> ResultSet:
-        return timed_run(_run_pgsql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+        return timed_run(
+            _run_pgsql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
+        )
+
+    @staticmethod
+    def bound_placeholder(position: int) -> str:
+        return f"${position}"
 
     @staticmethod
     def explain_prefix(conn: psycopg.Connection, *, analyze: bool) -> str:

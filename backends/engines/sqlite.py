@@ -9,13 +9,14 @@ statement runs inside BEGIN ... ROLLBACK.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import math
 import os
 import re
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlglot
@@ -109,8 +110,20 @@ def _ping(conn: SqliteConnection, path: str) -> None:
 # -- read-only execution ---------------------------------------------------------------------------
 
 
+def _sqlite_value(value: Any) -> Any:
+    """A bound value as sqlite3 takes it without its deprecated adapters: dates as ISO 8601 text."""
+    return value.isoformat() if isinstance(value, (datetime.date, datetime.datetime)) else value
+
+
 def _run_sqlite(
-    conn: sqlite3.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    conn: sqlite3.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    params: Sequence[Any] | None = None,
 ) -> tuple:
     if schema not in (None, "", "main"):
         raise InvalidArgument("a SQLite target has one schema, 'main'")
@@ -125,7 +138,8 @@ def _run_sqlite(
         conn.execute("PRAGMA query_only = ON")
         if not conn.in_transaction:
             conn.execute("BEGIN")
-        cur = conn.execute(sql)  # sqlite3 refuses a second statement in execute()
+        # sqlite3 refuses a second statement in execute(); bound values (dates as ISO text) go with ? placeholders
+        cur = conn.execute(sql) if params is None else conn.execute(sql, [_sqlite_value(v) for v in params])
         if cur.description is None:
             return [], [], None, 2
         rows, reason, size = collect(cur, max_rows=max_rows, max_bytes=max_bytes)
@@ -468,9 +482,22 @@ class SQLite:
     # -- read-only execution
     @staticmethod
     def execute(
-        conn: sqlite3.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None = None
+        conn: sqlite3.Connection,
+        sql: str,
+        *,
+        timeout_ms: int,
+        max_rows: int,
+        max_bytes: int,
+        schema: str | None = None,
+        params: Sequence[Any] | None = None,
     ) -> ResultSet:
-        return timed_run(_run_sqlite, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+        return timed_run(
+            _run_sqlite, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
+        )
+
+    @staticmethod
+    def bound_placeholder(position: int) -> str:
+        return "?"
 
     @staticmethod
     def explain_prefix(conn: sqlite3.Connection, *, analyze: bool) -> str:

@@ -20,7 +20,7 @@ from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.admin import rows
 from handlers.admin.shared import AuditTrail, module_named
 
-PROFILES, RULES, SOURCES = "MCP PROFILES", "MCP QUERY RULES", "RAG SOURCES"
+PROFILES, RULES, SOURCES, TOOLS = "MCP PROFILES", "MCP QUERY RULES", "RAG SOURCES", "MCP TOOLS"
 FLAG_COLUMNS = {"use_ssl", "allow_explain", "allow_explain_analyze", "allow_discovery", "active", "enabled"}
 
 
@@ -112,6 +112,58 @@ class RagSourceIn(ToolInput):
     sync_interval_s: int | None = Field(default=None, ge=0, le=31_536_000)
     key_scan_interval_s: int | None = Field(default=None, ge=0, le=31_536_000)
     comment: str | None = None
+
+
+class CustomToolIn(ToolInput):
+    tool_name: str = Field(min_length=1, max_length=64, description="The tool's name: [a-z][a-z0-9_]*, unique.")
+    endpoint: str | None = Field(
+        default=None, max_length=32, description="One of the seven endpoints or a toolset (default query)."
+    )
+    target_id: str | None = Field(
+        default=None, max_length=64, description="The MCP PROFILES target it runs on (required for a new tool)."
+    )
+    description: str | None = Field(
+        default=None, max_length=2000, description="What the model reads: what the tool answers, when to use it."
+    )
+    statement: str | None = Field(
+        default=None, max_length=65_536, description="One read-only statement with :named placeholders."
+    )
+    parameters: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=32,
+        description="Parameter specs: {name, type (string, integer, number, boolean, date, array, identifier), items, "
+        "required, default, description, minimum, maximum, min_length, max_length, enum, pattern, max_items}.",
+    )
+    max_rows: int | None = Field(default=None, ge=1, le=1_000_000)
+    timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
+    cache_ttl_ms: int | None = Field(default=None, ge=0, le=86_400_000)
+    active: bool | None = None
+    comment: str | None = Field(default=None, max_length=2000)
+
+
+class ToolsetIn(ToolInput):
+    endpoint: str = Field(min_length=1, max_length=32, description="Served at /mcp/<endpoint>; not one of the seven.")
+    title: str | None = Field(default=None, max_length=200)
+    instructions: str | None = Field(default=None, max_length=8000)
+    builtin_tools: str | None = Field(
+        default=None,
+        max_length=8000,
+        description="Built-in tools it serves: 'query/run_sql_readonly@target query/list_tables', space separated.",
+    )
+    auth_tokens: str | None = Field(
+        default=None, max_length=4000, description="Write-only: its bearer token(s), comma separated."
+    )
+    tools_disabled: str | None = Field(default=None, max_length=4000, description="Tool names or globs it does not serve.")
+    active: bool | None = None
+    comment: str | None = Field(default=None, max_length=2000)
+
+
+class CustomToolKeyIn(ToolInput):
+    tool_name: str = Field(min_length=1, max_length=64)
+
+
+class ToolsetKeyIn(ToolInput):
+    endpoint: str = Field(min_length=1, max_length=32)
 
 
 class TargetKeyIn(ToolInput):
@@ -284,6 +336,43 @@ class ConfigEditTools:
     def delete_rag_source(self, args: SourceKeyIn, ctx: CallContext) -> EditOut:
         """Delete a RAG source from the memory layer (its indexed documents stay until a sync or purge)."""
         return self._delete(ctx, SOURCES, "rag_sources", {"name": args.name})
+
+    @tool("admin.list_custom_tools", title="List custom SQL tools and toolsets in every layer", read_only=True)
+    def list_custom_tools(self, args: NoArgs, ctx: CallContext) -> ListRowsOut:
+        """List admin-defined SQL tools (mcp_tools) and toolsets (mcp_endpoints, keys prefixed 'endpoint:') with their memory, runtime and disk rows side by side; toolset tokens masked."""
+        toolsets = self._layered(TOOLS, "mcp_endpoints")
+        for row in toolsets:
+            row.key = f"endpoint:{row.key}"
+        return ListRowsOut(rows=[*self._layered(TOOLS, "mcp_tools"), *toolsets])
+
+    @tool("admin.upsert_custom_tool", title="Add or change a custom SQL tool", read_only=False, destructive=True, idempotent=True)
+    def upsert_custom_tool(self, args: CustomToolIn, ctx: CallContext) -> EditOut:
+        """Add a parameterised SQL tool or change the given fields of one, in the memory layer, validated as LOAD MCP TOOLS would (the statement against its target's dialect and the read-only checks, placeholders against parameters)."""
+        return self._edit(ctx, TOOLS, "mcp_tools", args, json_columns=("parameters",))
+
+    @tool("admin.delete_custom_tool", title="Delete a custom SQL tool", read_only=False, destructive=True, idempotent=True)
+    def delete_custom_tool(self, args: CustomToolKeyIn, ctx: CallContext) -> EditOut:
+        """Delete a custom SQL tool from the memory layer (it serves until the next LOAD MCP TOOLS)."""
+        return self._delete(ctx, TOOLS, "mcp_tools", {"tool_name": args.tool_name})
+
+    @tool("admin.upsert_toolset", title="Add or change a toolset endpoint", read_only=False, destructive=True, idempotent=True)
+    def upsert_toolset(self, args: ToolsetIn, ctx: CallContext) -> EditOut:
+        """Add an admin-defined endpoint (a toolset at /mcp/<endpoint> with its own token) or change the given fields of one, in the memory layer, validated as LOAD MCP TOOLS would."""
+        return self._edit(ctx, TOOLS, "mcp_endpoints", args)
+
+    @tool("admin.delete_toolset", title="Delete a toolset endpoint", read_only=False, destructive=True, idempotent=True)
+    def delete_toolset(self, args: ToolsetKeyIn, ctx: CallContext) -> EditOut:
+        """Delete a toolset from the memory layer; refused while a custom tool (in memory) is served on it."""
+        users = [
+            r["tool_name"]
+            for r in sqlite.rows(self.store.conn(), "SELECT tool_name FROM main.mcp_tools WHERE endpoint = ?", (args.endpoint,))
+        ]
+        if users:
+            with self.trail.audited(ctx, {"endpoint": args.endpoint}):
+                raise InvalidArgument(
+                    f"toolset {args.endpoint!r} serves custom tool(s) {', '.join(sorted(users))}; move or delete them first"
+                )
+        return self._delete(ctx, TOOLS, "mcp_endpoints", {"endpoint": args.endpoint})
 
 
 def _shown(store: ConfigStore, module_name: str, row: dict[str, Any] | None) -> dict[str, Any] | None:

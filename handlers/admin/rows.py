@@ -88,7 +88,7 @@ def check_memory(store: ConfigStore, module: ConfigModule) -> None:
     """Validate the module's memory rows as LOAD ... TO RUNTIME would (ConfigError if not),
     without its side effects: a module may offer a `validate` that skips connecting."""
     conn = store.conn()
-    memory = {t: sqlite.rows(conn, f"SELECT * FROM main.{t}") for t in module.tables}
+    memory = {t: sqlite.rows(conn, f"SELECT * FROM main.{t}") for t in (*module.tables, *getattr(module, "reads", ()))}
     validate = getattr(module, "validate", None) or module.build
     validate(memory, store.variables)
 

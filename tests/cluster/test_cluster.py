@@ -25,7 +25,7 @@ import httpx
 import psycopg
 import pytest
 from pgvector_server import PgvectorServer
-from server_process import GatewayProcess, call_tool, default_tokens, start_gateway
+from server_process import GatewayProcess, call_tool, default_tokens, post_rpc, start_gateway
 
 from tests.cluster.support import (
     KILL_ROWS,
@@ -118,6 +118,41 @@ def test_target_added_on_one_instance_is_served_by_all(cluster, tmp_path: Path) 
     for gateway, client in zip(gateways[1:], clients[1:]):
         waited = wait_until(lambda g=gateway, c=client: answers(g, c), PROPAGATION_S)
         print(f"new target served by {gateway.base_url} after {waited:.3f} s")
+
+
+def test_custom_tool_and_toolset_loaded_on_one_instance_are_served_by_all(cluster, tmp_path: Path) -> None:
+    """MCP TOOLS is a module like the others: a LOAD through gw2 changes the tool surface of every member."""
+    gateways, clients = cluster.gateways, cluster.clients
+    db_file = tmp_path / "tools.sqlite"
+    with sqlite3.connect(db_file) as conn:
+        conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.executemany("INSERT INTO items VALUES (?, ?)", [(1, "one"), (2, "two")])
+    token = "cluster-toolset-" + os.urandom(8).hex()
+    params = json.dumps([{"name": "id", "type": "integer", "minimum": 1, "maximum": 1000}])
+    for statement in (
+        f"INSERT INTO mcp_target_profiles (target_id, protocol, database) VALUES ('tools_lite', 'sqlite', '{db_file}')",
+        "LOAD MCP PROFILES TO RUNTIME",
+        f"INSERT INTO mcp_endpoints (endpoint, builtin_tools, auth_tokens) VALUES ('clustered', 'query/list_targets', '{token}')",
+        "INSERT INTO mcp_tools (tool_name, endpoint, target_id, description, statement, parameters) VALUES "
+        f"('item_name', 'clustered', 'tools_lite', 'The name of one item.', 'SELECT name FROM items WHERE id = :id', '{params}')",
+        "LOAD MCP TOOLS TO RUNTIME",
+    ):
+        admin(gateways[1], clients[1], statement)
+
+    def answers(gateway: GatewayProcess, client: httpx.Client) -> bool:
+        response = post_rpc(client, gateway, "clustered", "tools/call", {"name": "item_name", "arguments": {"id": 2}}, token=token)
+        if response.status_code != 200:
+            return False
+        result = response.json()["result"]
+        return not result.get("isError") and result["structuredContent"]["rows"] == [["two"]]
+
+    for gateway, client in zip(gateways, clients):
+        waited = wait_until(lambda g=gateway, c=client: answers(g, c), 5 * PROPAGATION_S)
+        print(f"custom tool served by {gateway.base_url} after {waited:.3f} s")
+    for statement in ("DELETE FROM mcp_tools", "DELETE FROM mcp_endpoints", "LOAD MCP TOOLS TO RUNTIME"):
+        admin(gateways[0], clients[0], statement)
+    for gateway, client in zip(gateways, clients):
+        wait_until(lambda g=gateway, c=client: status_code(g, c, "clustered", token) == 404, 5 * PROPAGATION_S)
 
 
 def test_status_shows_members_versions_and_laggards(cluster) -> None:
