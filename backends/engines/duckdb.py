@@ -25,7 +25,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -281,13 +281,23 @@ def _fetch(cur: duckdb.DuckDBPyConnection) -> Iterator[tuple[Any, ...]]:
         yield from chunk
 
 
-def _run_duckdb(conn: DuckDBConnection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None) -> tuple:
+def _run_duckdb(
+    conn: DuckDBConnection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    params: Sequence[Any] | None = None,
+) -> tuple:
     db = conn.conn
     deadline = Deadline(db, timeout_ms)
     try:
         db.execute(f"SET schema = {_literal(schema or conn.default_schema)}")
         db.execute("BEGIN TRANSACTION")
-        cur = db.execute(sql)  # duckdb runs one statement per prepared call; the check passed only one
+        # duckdb runs one statement per prepared call (the check passed only one); values bound by it
+        cur = db.execute(sql) if params is None else db.execute(sql, list(params))
         if cur.description is None:
             return [], [], None, 2
         columns = [{"name": d[0], "type": str(d[1]).lower()} for d in cur.description]
@@ -640,9 +650,22 @@ class DuckDB:
     # -- read-only execution
     @staticmethod
     def execute(
-        conn: DuckDBConnection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None = None
+        conn: DuckDBConnection,
+        sql: str,
+        *,
+        timeout_ms: int,
+        max_rows: int,
+        max_bytes: int,
+        schema: str | None = None,
+        params: Sequence[Any] | None = None,
     ) -> ResultSet:
-        return timed_run(_run_duckdb, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+        return timed_run(
+            _run_duckdb, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
+        )
+
+    @staticmethod
+    def bound_placeholder(position: int) -> str:
+        return "?"
 
     @staticmethod
     def explain_prefix(conn: DuckDBConnection, *, analyze: bool) -> str:
