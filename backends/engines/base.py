@@ -281,3 +281,14 @@ class Engine(Protocol):
         ...
 
     # -- RAG source reader (retrieval ingestion) --
+    def source_session(self, target: TargetSettings, *, connect_timeout_s: float) -> Any:
+        """A read-only session a sync streams one source table through, opened by `connect`
+        (backends/retrieval/ingest/sources.py SourceSession: scalar, stream, close). The caller
+        gives the timeouts a sync needs; rows come through a server-side cursor, so memory stays
+        bounded by the batch. Raises one of `errors`."""
+        ...
+
+    def source_refused(self, exc: BaseException) -> bool:
+        """Whether a driver error means the source database refused the sync's query as written
+        (a table or column it does not have), rather than could not be reached or read."""
+        ...

@@ -158,7 +158,9 @@ def ssl_context(target: TargetSettings) -> ssl.SSLContext | None:
     return context
 
 
-def connect_session(target: TargetSettings, *, connect_timeout_s: float, io_timeout_s: float) -> pymysql.connections.Connection:
+def connect_session(
+    target: TargetSettings, *, connect_timeout_s: float, io_timeout_s: float | None
+) -> pymysql.connections.Connection:
     conn = pymysql.connect(
         host=target.host,
         port=target.port,
@@ -205,6 +207,53 @@ def _needs_rollback(conn: pymysql.connections.Connection) -> bool:
     autocommit), so "autocommit on, no transaction" cannot be stale in the unsafe direction."""
     status = conn.server_status or 0
     return bool(status & SERVER_STATUS.SERVER_STATUS_IN_TRANS) or not status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT
+
+
+# -- RAG source reader (retrieval ingestion) ------------------------------------------------------
+
+# The reader may wait on a full pipeline queue while the model embeds: the server must not drop
+# a slow-reading client mid-stream.
+SOURCE_NET_WRITE_TIMEOUT_S = 3600
+
+
+class MySQLSourceSession:
+    """A sync's session on a source (backends/retrieval/ingest/sources.py SourceSession): rows
+    through the unbuffered SSCursor, so memory stays bounded by the batch."""
+
+    def __init__(self, conn: pymysql.connections.Connection) -> None:
+        self.conn = conn
+
+    def scalar(self, sql: str, params: list[Any]) -> Any:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchone()[0]
+
+    def stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]:
+        cur = self.conn.cursor(pymysql.cursors.SSCursor)
+        cur.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        while True:
+            batch = cur.fetchmany(batch_rows)
+            if not batch:
+                break
+            yield names, list(batch)
+        cur.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+def _source_session(target: TargetSettings, *, connect_timeout_s: float) -> MySQLSourceSession:
+    # No socket timeout past the connect: a sync waits on the server for as long as its query takes.
+    conn = connect_session(target, connect_timeout_s=connect_timeout_s, io_timeout_s=None)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION net_write_timeout = %s", (SOURCE_NET_WRITE_TIMEOUT_S,))
+    except BaseException:
+        conn.close()
+        raise
+    return MySQLSourceSession(conn)
 
 
 # -- read-only execution ---------------------------------------------------------------------------
@@ -865,6 +914,11 @@ class MySQL:
     full_scans = staticmethod(_full_scans)
 
     # -- RAG source reader (retrieval ingestion) --
+    source_session = staticmethod(_source_session)
+
+    @staticmethod
+    def source_refused(exc: BaseException) -> bool:
+        return isinstance(exc, pymysql.err.ProgrammingError | pymysql.err.InternalError)
 
 
 ENGINE = MySQL()

@@ -233,6 +233,67 @@ def _ping(conn: psycopg.Connection) -> None:
         conn.autocommit = False
 
 
+# -- RAG source reader (retrieval ingestion) ------------------------------------------------------
+
+SOURCE_APPLICATION_NAME = "mcp-gateway-rag-sync"  # what pg_stat_activity shows for a sync
+
+
+class PostgresSourceSession:
+    """A sync's session on a source (backends/retrieval/ingest/sources.py SourceSession): rows
+    through a named (server-side) cursor, so memory stays bounded by the batch. Each read ends
+    its transaction; a failed one is rolled back."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def scalar(self, sql: str, params: list[Any]) -> Any:
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(sql, params)
+                value = cur.fetchone()[0]
+            self.conn.commit()
+            return value
+        except psycopg.Error:
+            self._rollback()
+            raise
+
+    def stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]:
+        try:
+            with self.conn.cursor(name="rag_sync_stream") as cur:
+                cur.itersize = batch_rows
+                cur.execute(sql, params)
+                names = [d.name for d in cur.description]
+                while True:
+                    batch = cur.fetchmany(batch_rows)
+                    if not batch:
+                        break
+                    yield names, batch
+            self.conn.commit()
+        except psycopg.Error:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.rollback()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+def _source_session(target: TargetSettings, *, connect_timeout_s: float) -> PostgresSourceSession:
+    conn = psycopg.connect(**connect_kwargs(target, connect_timeout_s=connect_timeout_s))
+    try:
+        conn.read_only = True
+        conn.execute("SELECT pg_catalog.set_config('application_name', %s, false)", (SOURCE_APPLICATION_NAME,))
+        conn.commit()
+    except BaseException:
+        conn.close()
+        raise
+    return PostgresSourceSession(conn)
+
+
 # -- read-only execution ---------------------------------------------------------------------------
 
 _PG_PIPELINE = psycopg.Pipeline.is_supported()  # libpq >= 14; otherwise three round trips
@@ -1221,6 +1282,11 @@ class PostgreSQL:
     full_scans = staticmethod(_full_scans)
 
     # -- RAG source reader (retrieval ingestion) --
+    source_session = staticmethod(_source_session)
+
+    @staticmethod
+    def source_refused(exc: BaseException) -> bool:
+        return isinstance(exc, psycopg.ProgrammingError | psycopg.DataError)
 
 
 ENGINE = PostgreSQL()

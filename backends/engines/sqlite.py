@@ -16,7 +16,7 @@ import re
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlglot
@@ -105,6 +105,53 @@ def _ping(conn: SqliteConnection, path: str) -> None:
     if _file_id(os.path.abspath(path)) != conn.file_id:  # the file was replaced: reopen
         raise OSError("sqlite file replaced")
     conn.execute("SELECT 1").fetchall()
+
+
+# -- RAG source reader (retrieval ingestion) ------------------------------------------------------
+
+# A file has no connect timeout: how long a read waits on a writer's lock (gateway/sqlite.py's).
+SOURCE_BUSY_TIMEOUT_S = 10.0
+
+
+class SqliteSourceSession:
+    """A sync's session on a source file (backends/retrieval/ingest/sources.py SourceSession):
+    rows through a lazily stepped statement, so memory stays bounded by the batch."""
+
+    def __init__(self, conn: SqliteConnection) -> None:
+        self.conn = conn
+
+    def scalar(self, sql: str, params: list[Any]) -> Any:
+        return self.conn.execute(sql, params).fetchall()[0][0]
+
+    def stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]:
+        cur = self.conn.execute(sql, params)
+        names: list[str] = []
+        batch: list[tuple] = []
+        for row in cur:
+            if not names:
+                names = [d[0] for d in cur.description]
+            batch.append(row)
+            if len(batch) >= batch_rows:
+                yield names, batch
+                batch = []
+        if batch:
+            yield names, batch
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+def _source_session(target: TargetSettings, *, connect_timeout_s: float) -> SqliteSourceSession:
+    # The engine's read-only connection; its deadline is never armed (no pool borrows it), so a
+    # sync reads for as long as the table takes.
+    conn = _connect(target, timeout_s=SOURCE_BUSY_TIMEOUT_S)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # a file that is not a database fails here
+    except BaseException:
+        conn.close()
+        raise
+    return SqliteSourceSession(conn)
 
 
 # -- read-only execution ---------------------------------------------------------------------------
@@ -542,6 +589,13 @@ class SQLite:
     full_scans = staticmethod(_full_scans)
 
     # -- RAG source reader (retrieval ingestion) --
+    source_session = staticmethod(_source_session)
+
+    @staticmethod
+    def source_refused(exc: BaseException) -> bool:
+        # SQLITE_ERROR (no such table or column, a syntax error), as against a locked,
+        # unreadable or corrupt file.
+        return isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF == sqlite3.SQLITE_ERROR
 
 
 ENGINE = SQLite()

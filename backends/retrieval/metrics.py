@@ -17,11 +17,12 @@ the source's name, except the size):
     mcp_rag_sync_rows_expected                            a sync in progress (rows of this run)
 
 A collection costs two grouped counts over indexed columns (about 30 ms at 1M chunks on rag.db)
-and a few small reads. rag.db is read at every scrape, as a file every process opens read-only.
+and a few small reads, through the storage's read-only handle (backends/retrieval/storage
+`index_figures`). rag.db is read at every scrape, as a file every process opens read-only.
 PostgreSQL is a server the whole cluster shares: each process reads it at most once every
-PG_REFRESH_S on a short-lived connection, each statement bounded by PG_STATEMENT_TIMEOUT_MS,
+SHARED_REFRESH_S on a short-lived connection, each statement bounded (storage/postgresql/state.py),
 and serves the figures it read in between; while it is unreachable the RAG gauges are left out
-(and it is not retried for PG_REFRESH_S) rather than holding the scrape.
+(and it is not retried for SHARED_REFRESH_S) rather than holding the scrape.
 """
 
 from __future__ import annotations
@@ -36,23 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import apsw
-import psycopg
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from psycopg.rows import dict_row
 
+from backends.retrieval import storage
 from backends.retrieval.job_liveness import live_job_ids, this_member
-from backends.retrieval.storage.postgresql.index import index_size_bytes
-from backends.retrieval.storage.postgresql.ingest import held_sync_jobs, pg_where
-from gateway import sqlite
 from gateway.runtime import Runtime
 
 log = logging.getLogger("mcp_gateway.rag.metrics")
 
-PG_REFRESH_S = 5.0  # a PostgreSQL index is read at most this often per process
-PG_STATEMENT_TIMEOUT_MS = 2000
-PG_CONNECT_TIMEOUT_S = 2  # libpq's minimum
+SHARED_REFRESH_S = 5.0  # an index the cluster shares (PostgreSQL) is read at most this often per process
 
 
 def _epoch(text: str | None) -> float:
@@ -101,109 +95,37 @@ def read_figures(db: StateReader, member: str) -> IndexFigures:
     return figures
 
 
-class SqliteState:
-    """rag.db opened read-only for one collection (never created: no index yet, no gauges)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-        self.conn.set_busy_timeout(sqlite.BUSY_TIMEOUT_MS)
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        return sqlite.rows(self.conn, sql, params)
-
-    def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
-
-    def held_sync_jobs(self) -> None:
-        return None  # one host: the job's pid says whether it lives
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class PgState:
-    """One short-lived connection to the PostgreSQL index, every statement bounded."""
-
-    def __init__(self, dsn: str) -> None:
-        self.conn = psycopg.connect(
-            dsn,
-            autocommit=True,
-            connect_timeout=PG_CONNECT_TIMEOUT_S,
-            application_name="mcp-gateway-metrics",
-            options=f"-c statement_timeout={PG_STATEMENT_TIMEOUT_MS}",
-        )
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(pg_where(sql), tuple(params)).fetchall()
-
-    def size_bytes(self) -> int:
-        return index_size_bytes(self.conn)
-
-    def held_sync_jobs(self) -> set[str]:
-        return held_sync_jobs(self.conn)
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 class RagIndexCollector(Collector):
     def __init__(self, data_dir: Path, runtime: Callable[[], Runtime]) -> None:
         self.data_dir = Path(data_dir)
         self.runtime = runtime
         self._lock = threading.Lock()
-        self._pg_key: str | None = None  # the DSN the cached figures are of
-        self._pg_figures: IndexFigures | None = None
-        self._pg_read_at = -PG_REFRESH_S
+        self._shared_key: str | None = None  # the DSN the cached figures are of
+        self._shared_figures: IndexFigures | None = None
+        self._shared_read_at = -SHARED_REFRESH_S
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         runtime = self.runtime()
         member = this_member(runtime.variables)
-        if runtime.var("rag-backend") == "postgresql":
-            figures = self._pg(runtime.var("rag-postgres_dsn"), member)
-        else:
-            figures = self._sqlite(member)
+        read = self._shared if storage.shares_index(runtime) else self._read
+        figures = read(runtime, member)
         if figures is not None:
             intervals = {int(r["source_id"]): int(r["sync_interval_s"]) for r in runtime.table("runtime_rag_sources")}
             yield from families(figures, intervals)
 
-    def _sqlite(self, member: str) -> IndexFigures | None:
-        try:
-            db = SqliteState(self.data_dir / "rag.db")
-        except apsw.Error:
-            return None  # no index yet: nothing to report
-        try:
-            return read_figures(db, member)
-        except apsw.Error:
-            log.warning("reading rag.db for /metrics failed", exc_info=True)
-            return None
-        finally:
-            db.close()
+    def _read(self, runtime: Runtime, member: str) -> IndexFigures | None:
+        return storage.index_figures(runtime, self.data_dir, lambda db: read_figures(db, member))
 
-    def _pg(self, dsn: str, member: str) -> IndexFigures | None:
+    def _shared(self, runtime: Runtime, member: str) -> IndexFigures | None:
         with self._lock:  # one reader per process; concurrent scrapes share what it read
-            if dsn != self._pg_key:
-                self._pg_key, self._pg_figures, self._pg_read_at = dsn, None, -PG_REFRESH_S
-            if time.monotonic() - self._pg_read_at < PG_REFRESH_S:
-                return self._pg_figures
-            self._pg_read_at = time.monotonic()  # a failure is not retried before PG_REFRESH_S either
-            try:
-                db = PgState(dsn)
-            except psycopg.Error as exc:
-                log.warning("the RAG index database is unreachable for /metrics (%s)", type(exc).__name__)
-                self._pg_figures = None
-                return None
-            try:
-                self._pg_figures = read_figures(db, member)
-            except psycopg.errors.UndefinedTable:
-                self._pg_figures = None  # no index there yet: nothing to report
-            except psycopg.Error as exc:
-                log.warning("reading the RAG index for /metrics failed (%s)", type(exc).__name__)
-                self._pg_figures = None
-            finally:
-                db.close()
-            return self._pg_figures
+            key = runtime.var("rag-postgres_dsn")
+            if key != self._shared_key:
+                self._shared_key, self._shared_figures, self._shared_read_at = key, None, -SHARED_REFRESH_S
+            if time.monotonic() - self._shared_read_at < SHARED_REFRESH_S:
+                return self._shared_figures
+            self._shared_read_at = time.monotonic()  # a failure is not retried before SHARED_REFRESH_S either
+            self._shared_figures = self._read(runtime, member)
+            return self._shared_figures
 
 
 def families(figures: IndexFigures, intervals: dict[int, int]) -> Iterator[GaugeMetricFamily]:

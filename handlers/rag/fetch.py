@@ -31,8 +31,6 @@ from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 
 log = logging.getLogger("mcp_gateway.rag.fetch")
 
-QUOTES = {"mysql": "`", "pgsql": '"', "sqlite": '"'}
-PLACEHOLDERS = {"mysql": "%s", "pgsql": "%s", "sqlite": "?"}
 ROW_ENVELOPE_BYTES = 64  # the {"doc_id":..,"source_name":..,"row":..} around each row, roughly
 
 
@@ -74,12 +72,6 @@ class FetchFromSourceOut(ToolOutput):
     )
     truncated: bool
     stats: FetchStats
-
-
-def quote(protocol: str, identifier: str) -> str:
-    """Quote one whitelisted identifier for the dialect (doubling the quote character)."""
-    q = QUOTES[protocol]
-    return q + identifier.replace(q, q + q) + q
 
 
 def pick_columns(available: list[str], wanted: list[str]) -> tuple[list[str], list[str]]:
@@ -132,10 +124,10 @@ class _SourceTable:
         columns, unknown = pick_columns(available, wanted) if wanted else (available, [])
         if unknown:
             raise InvalidArgument(f"column(s) {', '.join(unknown)} not in the table of source {spec.name}")
-        p, q = PLACEHOLDERS[target.protocol], target.protocol
-        where = " AND ".join(f"{quote(q, k)} = {p}" for k in keys)
+        quote, p = target.engine.quote, target.engine.placeholder  # whitelisted names only
+        where = " AND ".join(f"{quote(k)} = {p}" for k in keys)
         self.keys = keys
-        self.sql = f"SELECT {', '.join(quote(q, c) for c in columns)} FROM {quote(q, self.schema)}.{quote(q, table)} WHERE {where} LIMIT 1"
+        self.sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM {quote(self.schema)}.{quote(table)} WHERE {where} LIMIT 1"
 
 
 class FetchTools:

@@ -30,8 +30,10 @@ from backends.retrieval.ingest.sources_config import RAG_SOURCES_MODULE
 from backends.retrieval.job_liveness import this_member
 from backends.retrieval.metrics import RagIndexCollector
 from backends.retrieval.protocols import Embedder
+from backends.retrieval.storage import open_index
 from backends.retrieval.storage.reader import Index
-from backends.retrieval.storage.sqlite.index import RagIndex, open_rag_index
+from backends.retrieval.storage.sqlite.index import RagIndex
+from backends.retrieval.variables import RAG_VARIABLES
 from gateway.data_files import DataFiles
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore
@@ -50,28 +52,6 @@ FOLLOW_INTERVAL_S = 1.0  # how often each process looks for vectors other proces
 log = logging.getLogger(__name__)
 
 
-def _v(name: str, kind: str, default: Any, help: str, **kw: Any) -> Variable:
-    return Variable(name=name, kind=kind, default=str(default), help=help, **kw)
-
-
-RAG_VARIABLES: tuple[Variable, ...] = (
-    _v("rag-k_max", "int", 50, "Most results one rag search returns, and most ids one rag.get_* call serves.", minimum=1, maximum=1000),
-    _v("rag-candidates_max", "int", 500, "Most candidates a rag search ranks (fts_k, vec_k, candidates_k, offset + k).", minimum=1, maximum=100_000),
-    _v("rag-query_max_bytes", "int", 8192, "Longest rag query text, in bytes; longer is LIMIT_EXCEEDED.", minimum=16, maximum=1_048_576),
-    _v("rag-response_max_bytes", "int", 5_000_000, "Largest rag tool response, in bytes of JSON; results beyond it are cut (truncated: true).", minimum=1024, maximum=64_000_000),
-    _v("rag-timeout_ms", "int", 2000, "Deadline of one rag tool call, in milliseconds (DEADLINE_EXCEEDED past it).", minimum=10, maximum=600_000),
-    _v("rag-embedding_provider", "enum", "local", "Embedding provider of the index: local (all-MiniLM-L6-v2, offline), openai, ollama, or hash (tests only).", choices=("local", "openai", "ollama", "hash"), restart_required=True),
-    _v("rag-embedding_model", "str", "", "Embedding model name (openai/ollama); empty for local's own model.", restart_required=True),
-    _v("rag-embedding_api_base", "str", "", "Base URL of the openai/ollama embedding API.", restart_required=True),
-    _v("rag-embedding_api_key", "str", "", "API key of the embedding provider.", secret=True, restart_required=True),
-    _v("rag-embedding_dim", "int", 384, "Width of the embedding vectors (must match the model; fixed per index).", minimum=1, maximum=16384, restart_required=True),
-    _v("rag-query_cache_entries", "int", 1024, "Query embeddings kept in the LRU cache (0: no cache).", minimum=0, maximum=1_000_000, restart_required=True),
-    _v("rag-backend", "enum", "sqlite", "Where the RAG index lives: sqlite (rag.db in the data directory) or postgresql (rag-postgres_dsn, with pgvector; shared by every instance of a cluster).", choices=("sqlite", "postgresql"), restart_required=True),
-    _v("rag-postgres_dsn", "str", "", "PostgreSQL DSN of the RAG index when rag-backend is postgresql (pgvector 0.8+ installed).", secret=True, restart_required=True),
-    _v("rag-postgres_hnsw_type", "enum", "halfvec", "What the HNSW index on PostgreSQL holds: halfvec (2 bytes a dimension; candidates rescored with the stored float32 vectors) or vector (4); fixed per index.", choices=("halfvec", "vector"), restart_required=True),
-)  # fmt: skip
-
-
 class RagHandler(ToolHandler):
     endpoint: ClassVar[str] = "rag"
     title: ClassVar[str] = "Retrieval index"
@@ -79,7 +59,7 @@ class RagHandler(ToolHandler):
         "Search with rag.search_hybrid (best default), rag.search_fts (exact words) or rag.search_vector (meaning); "
         "then fetch text for the chunk_ids you keep with rag.get_chunks. Scores are higher-is-better in [0, 1]."
     )
-    variables: ClassVar[tuple[Variable, ...]] = RAG_VARIABLES
+    variables: ClassVar[tuple[Variable, ...]] = RAG_VARIABLES  # the retrieval engine's (backends/retrieval/variables.py)
     timeout_variable: ClassVar[str] = "rag-timeout_ms"
     example_call: ClassVar[tuple[str, dict[str, Any]] | None] = (
         "rag.search_hybrid",
@@ -153,7 +133,7 @@ class RagHandler(ToolHandler):
             embedder.embed(["warm up"])
         opened.embedder = embedder
         opened.queries = QueryVectors(embedder, max_entries=runtime.var("rag-query_cache_entries"))
-        index = open_rag_index(runtime, self.services.data_dir, embedding_model_id=embedder.model_id, dim=embedder.dim)
+        index = open_index(runtime, self.services.data_dir, embedding_model_id=embedder.model_id, dim=embedder.dim)
         opened.index = index
         if isinstance(index, RagIndex):
             # Load (or rebuild) the ANN now: done inside the first search it would hold the search

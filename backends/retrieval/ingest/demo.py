@@ -19,7 +19,6 @@ import importlib
 import inspect
 import json
 import logging
-import sqlite3
 import threading
 import time
 import warnings
@@ -27,6 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import apsw
+
+from backends.retrieval import storage
 from backends.retrieval.ingest.foreground import run_sync
 from gateway import sqlite
 from gateway.store import ConfigStore
@@ -134,12 +136,15 @@ def build_corpus(path: Path, *, max_docs: int = MAX_DOCS, max_chars: int = MAX_C
         rows.append((len(rows) + 1, kind, title, body, stamp))
     tmp = path.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
-    with sqlite3.connect(tmp) as conn:
-        conn.execute(
-            "CREATE TABLE python_docs (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, title TEXT NOT NULL, body TEXT NOT NULL, updated_at TEXT NOT NULL)"
-        )
-        conn.executemany("INSERT INTO python_docs VALUES (?, ?, ?, ?, ?)", rows)
-    conn.close()
+    conn = apsw.Connection(str(tmp))  # a plain SQLite file (rollback journal): any reader opens it
+    try:
+        with conn:  # one transaction
+            conn.execute(
+                "CREATE TABLE python_docs (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, title TEXT NOT NULL, body TEXT NOT NULL, updated_at TEXT NOT NULL)"
+            )
+            conn.executemany("INSERT INTO python_docs VALUES (?, ?, ?, ?, ?)", rows)
+    finally:
+        conn.close()
     tmp.replace(path)  # atomic: a reader never sees half a corpus
     return len(rows)
 
@@ -210,7 +215,7 @@ def start_demo_in_background(
     """First start: build and register the demo, then sync it in a background thread (progress
     bar on stderr) while the server starts. Later starts resume a sync that never finished."""
     data_dir = Path(data_dir)
-    if store.cluster is not None or store.read_runtime().var("rag-backend") != "sqlite":
+    if store.cluster is not None or storage.shares_index(store.read_runtime()):
         # The demo is one machine's quick start: its corpus is a file in this data directory,
         # which a cluster's other instances (and a shared index) cannot read.
         log.info("no demo corpus: this gateway shares its configuration or its RAG index")

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from backends.retrieval.embeddings import index_embedding_config, make_embedder
 from backends.retrieval.ingest.jobs import JobManager
 from backends.retrieval.ingest.sync import SyncOptions
-from backends.retrieval.storage.sqlite.index import open_rag_index
+from backends.retrieval.storage import open_index
 from gateway.errors import GatewayError
 from gateway.store import ConfigStore
 
@@ -37,7 +37,7 @@ def run_sync(
     try:
         runtime = store.read_runtime()
         embedder = make_embedder(index_embedding_config(runtime))
-        index = open_rag_index(runtime, Path(data_dir), embedding_model_id=embedder.model_id, dim=embedder.dim)
+        index = open_index(runtime, Path(data_dir), embedding_model_id=embedder.model_id, dim=embedder.dim)
     except GatewayError as exc:
         print(f"mcp-gateway rag sync: {exc.code}: {exc.message}", file=sys.stderr)
         return 2

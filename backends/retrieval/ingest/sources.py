@@ -1,4 +1,4 @@
-"""Stream rows out of a source table: one reader per engine, all with server-side cursors.
+"""Stream rows out of a source table, through its engine's source session (server-side cursors).
 
 A reader runs three kinds of query, all read-only and all built from validated identifiers
 (the admin's `where_sql` is the only free text, and only admins can write it):
@@ -7,28 +7,23 @@ A reader runs three kinds of query, all read-only and all built from validated i
     rows(cursor, n)        the rows past the cursor in cursor order, yielded n at a time
     keys(columns, n)       every key currently in the table, for the deletion scan
 
-Memory stays bounded by the batch size whatever the table size: MySQL/MariaDB rows come
-through pymysql's unbuffered SSCursor, PostgreSQL rows through a named (server-side) cursor,
-SQLite rows through a lazily stepped statement. Driver errors are translated here, at the
-call site, into UNAVAILABLE (cannot reach or read the source) or INVALID_ARGUMENT (the
-source definition names a table or column the database does not have), with messages that
-never carry the driver's text.
+The SQL is built here, quoted and parameterised for the target's engine; the engine opens the
+session (`Engine.source_session`: its own connect, read-only, no statement timeout) and streams
+the rows, so memory stays bounded by the batch size whatever the table size. Driver errors are
+translated here, as the engine classifies them (`Engine.source_refused`), into UNAVAILABLE
+(cannot reach or read the source) or INVALID_ARGUMENT (the source definition names a table or
+column the database does not have), with messages that never carry the driver's text.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import decimal
 import logging
-import os
-import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
-from backends.engines.mysql import ssl_context as mysql_ssl
-from backends.engines.postgresql import connect_kwargs as pg_kwargs
 from backends.targets import Target
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
 
@@ -83,19 +78,28 @@ class ReadPlan:
         return {"pk": [encode_value(row[c]) for c in self.pk_columns]}
 
 
-class SourceReader:
-    """Base: SQL building per dialect; subclasses open connections and stream."""
+class SourceSession(Protocol):
+    """What an engine's source session does (backends/engines/<engine>.py, `source_session`);
+    each call raises the engine's driver errors."""
 
-    placeholder = "%s"
-    quote_char = '"'
+    def scalar(self, sql: str, params: list[Any]) -> Any: ...
+    def stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]: ...
+    def close(self) -> None: ...
+
+
+class SourceReader:
+    """One sync's reads of one source table: the SQL, and the engine's session that runs it."""
+
+    session: SourceSession  # from open()
 
     def __init__(self, target: Target, plan: ReadPlan, *, source_name: str) -> None:
         self.target, self.plan, self.source_name = target, plan, source_name
+        self.engine = target.engine
+        self.placeholder = self.engine.placeholder
 
     # -- SQL -------------------------------------------------------------------------------
     def quote(self, identifier: str) -> str:
-        q = self.quote_char
-        return ".".join(q + part.replace(q, q + q) + q for part in identifier.split("."))
+        return ".".join(self.engine.quote(part) for part in identifier.split("."))
 
     def _where(self, cursor: dict[str, Any] | None) -> tuple[str, list[Any]]:
         clauses, params = [], []
@@ -127,7 +131,7 @@ class SourceReader:
         where, _ = self._where(None)
         return f"SELECT {', '.join(self.quote(c) for c in columns)} FROM {self.quote(self.plan.table)}{where}"
 
-    # -- engine specific -------------------------------------------------------------------
+    # -- the session -----------------------------------------------------------------------
     def __enter__(self) -> SourceReader:
         self.open()
         return self
@@ -136,16 +140,29 @@ class SourceReader:
         self.close()
 
     def open(self) -> None:
-        raise NotImplementedError
+        # A sync streams for as long as the table takes: no statement timeout (0: none), unlike
+        # the interactive tools; the target's credentials, TLS and read-only session otherwise.
+        untimed = replace(self.target, timeout_ms=0)
+        try:
+            self.session = self.engine.source_session(untimed, connect_timeout_s=CONNECT_TIMEOUT_S)
+        except (*self.engine.errors, OSError) as exc:
+            raise self._unavailable(f"open the {self.engine.title} file" if self._is_file else "connect", exc) from exc
 
     def close(self) -> None:
-        raise NotImplementedError
+        self.session.close()
 
     def count(self, cursor: dict[str, Any] | None) -> int:
-        raise NotImplementedError
+        sql, params = self.count_sql(cursor)
+        try:
+            return int(self.session.scalar(sql, params))
+        except self.engine.errors as exc:
+            raise self._failed(exc, "count rows") from exc
 
     def _stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]:
-        raise NotImplementedError
+        try:
+            yield from self.session.stream(sql, params, batch_rows)
+        except self.engine.errors as exc:
+            raise self._failed(exc, "read rows") from exc
 
     def rows(self, cursor: dict[str, Any] | None, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
         sql, params = self.rows_sql(cursor)
@@ -158,6 +175,10 @@ class SourceReader:
         for names, batch in self._stream(sql, params, batch_rows):
             yield [dict(zip(names, row)) for row in batch]
 
+    # -- errors ----------------------------------------------------------------------------
+    def _failed(self, exc: Exception, doing: str) -> GatewayError:
+        return self._bad_definition(exc) if self.engine.source_refused(exc) else self._unavailable(doing, exc)
+
     def _unavailable(self, doing: str, exc: Exception) -> GatewayError:
         log.warning("rag source %s: %s failed: %r", self.source_name, doing, exc)
         return Unavailable(f"source {self.source_name!r}: cannot {doing} ({self.target.protocol} at {self._where_at()})")
@@ -169,194 +190,17 @@ class SourceReader:
             "pk_columns, watermark_column, where_sql and the columns doc_map_json names"
         )
 
+    @property
+    def _is_file(self) -> bool:
+        return not self.engine.default_port  # not a network server: a local file
+
     def _where_at(self) -> str:
-        if self.target.protocol == "sqlite":
-            return "a SQLite file"
+        if self._is_file:
+            return f"a {self.engine.title} file"
         return f"{self.target.host}:{self.target.port}"
 
 
-class MySQLReader(SourceReader):
-    quote_char = "`"
-
-    def open(self) -> None:
-        import pymysql
-
-        try:
-            self.conn = pymysql.connect(
-                host=self.target.host,
-                port=self.target.port or 3306,
-                user=self.target.username,
-                password=self.target.password,
-                database=self.target.database or self.target.default_schema or None,
-                charset="utf8mb4",
-                connect_timeout=CONNECT_TIMEOUT_S,
-                autocommit=True,
-                ssl=mysql_ssl(self.target),
-            )
-            with self.conn.cursor() as cur:
-                cur.execute("SET SESSION TRANSACTION READ ONLY")
-                # The reader may wait on a full pipeline queue while the model embeds: do not
-                # let the server drop a slow-reading client mid-stream.
-                cur.execute("SET SESSION net_write_timeout = 3600")
-        except pymysql.err.MySQLError as exc:
-            raise self._unavailable("connect", exc) from exc
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.conn.close()
-
-    def _translate(self, exc: Exception, doing: str) -> GatewayError:
-        import pymysql
-
-        if isinstance(exc, pymysql.err.ProgrammingError | pymysql.err.InternalError):
-            return self._bad_definition(exc)
-        return self._unavailable(doing, exc)
-
-    def count(self, cursor: dict[str, Any] | None) -> int:
-        import pymysql
-
-        sql, params = self.count_sql(cursor)
-        try:
-            with self.conn.cursor() as cur:
-                cur.execute(sql, params)
-                return int(cur.fetchone()[0])
-        except pymysql.err.MySQLError as exc:
-            raise self._translate(exc, "count rows") from exc
-
-    def _stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]:
-        import pymysql
-
-        try:
-            cur = self.conn.cursor(pymysql.cursors.SSCursor)
-            cur.execute(sql, params)
-            names = [d[0] for d in cur.description]
-            while True:
-                batch = cur.fetchmany(batch_rows)
-                if not batch:
-                    break
-                yield names, list(batch)
-            cur.close()
-        except pymysql.err.MySQLError as exc:
-            raise self._translate(exc, "read rows") from exc
-
-
-class PostgresReader(SourceReader):
-    def open(self) -> None:
-        import psycopg
-
-        try:
-            # The target's TLS and credentials, but no statement timeout: a sync streams for
-            # as long as the table takes, unlike the interactive tools.
-            settings = {**pg_kwargs(self.target, connect_timeout_s=CONNECT_TIMEOUT_S), "application_name": "mcp-gateway-rag-sync"}
-            settings["options"] = "-c default_transaction_read_only=on"
-            self.conn = psycopg.connect(**settings)
-            self.conn.read_only = True
-        except psycopg.Error as exc:
-            raise self._unavailable("connect", exc) from exc
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.conn.close()
-
-    def _translate(self, exc: Exception, doing: str) -> GatewayError:
-        import psycopg
-
-        with contextlib.suppress(Exception):
-            self.conn.rollback()
-        if isinstance(exc, psycopg.errors.ProgrammingError | psycopg.errors.DataError):
-            return self._bad_definition(exc)
-        return self._unavailable(doing, exc)
-
-    def count(self, cursor: dict[str, Any] | None) -> int:
-        import psycopg
-
-        sql, params = self.count_sql(cursor)
-        try:
-            with self.conn.cursor() as cur:
-                cur.execute(sql, params)
-                value = int(cur.fetchone()[0])
-            self.conn.commit()
-            return value
-        except psycopg.Error as exc:
-            raise self._translate(exc, "count rows") from exc
-
-    def _stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]:
-        import psycopg
-
-        try:
-            with self.conn.cursor(name="rag_sync_stream") as cur:
-                cur.itersize = batch_rows
-                cur.execute(sql, params)
-                names = [d.name for d in cur.description]
-                while True:
-                    batch = cur.fetchmany(batch_rows)
-                    if not batch:
-                        break
-                    yield names, batch
-            self.conn.commit()
-        except psycopg.Error as exc:
-            raise self._translate(exc, "read rows") from exc
-
-
-class SQLiteReader(SourceReader):
-    placeholder = "?"
-
-    def open(self) -> None:
-        import apsw
-
-        from gateway import sqlite
-
-        try:
-            # mode=ro: the sync never writes a source; a missing file is an error, not a new db.
-            self.conn = sqlite.connect(f"file:{urllib.parse.quote(os.path.abspath(self.target.database))}?mode=ro", readonly=True)
-            self.conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        except apsw.Error as exc:
-            raise self._unavailable("open the SQLite file", exc) from exc
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.conn.close()
-
-    def count(self, cursor: dict[str, Any] | None) -> int:
-        import apsw
-
-        sql, params = self.count_sql(cursor)
-        try:
-            return int(self.conn.execute(sql, params).fetchall()[0][0])
-        except apsw.SQLError as exc:
-            raise self._bad_definition(exc) from exc
-        except apsw.Error as exc:
-            raise self._unavailable("count rows", exc) from exc
-
-    def _stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]:
-        import apsw
-
-        try:
-            cur = self.conn.execute(sql, params)
-            names: list[str] = []
-            batch: list[tuple] = []
-            for row in cur:
-                if not names:
-                    names = [d[0] for d in cur.getdescription()]
-                batch.append(row)
-                if len(batch) >= batch_rows:
-                    yield names, batch
-                    batch = []
-            if batch:
-                yield names, batch
-        except apsw.SQLError as exc:
-            raise self._bad_definition(exc) from exc
-        except apsw.Error as exc:
-            raise self._unavailable("read rows", exc) from exc
-
-
-READERS: dict[str, type[SourceReader]] = {"mysql": MySQLReader, "pgsql": PostgresReader, "sqlite": SQLiteReader}
-
-
 def open_reader(target: Target, plan: ReadPlan, *, source_name: str) -> SourceReader:
-    reader_class = READERS.get(target.protocol)
-    if reader_class is None:
-        raise InvalidArgument(f"source {source_name!r}: unsupported protocol {target.protocol!r}")
-    reader = reader_class(target, plan, source_name=source_name)
+    reader = SourceReader(target, plan, source_name=source_name)
     reader.open()
     return reader

@@ -4,7 +4,7 @@
     index.conn                                              this thread's connection
     index.write_batch(docs, delete_doc_ids=..., in_transaction=...)
 
-`open_rag_index` picks the backend (rag-backend): this file, or PostgreSQL (storage/postgresql/index.py), which
+`storage.open_index` picks the backend (rag-backend): this file, or PostgreSQL (storage/postgresql/index.py), which
 offers the same methods; what ingestion, jobs and the tools call is that common surface:
 write_batch, upsert_source, query/fetch_all/run (plain SQL with `?` placeholders),
 iter_doc_ids, source_lock, purge_source, reader (storage/reader.py) and stats.
@@ -325,17 +325,3 @@ def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int)
         ):
             conn.execute("INSERT INTO rag_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
         conn.execute("UPDATE rag_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-
-
-def open_rag_index(runtime: Any, data_dir: Path, *, embedding_model_id: str, dim: int) -> Any:
-    """The index rag-backend names: rag.db in the data directory, or PostgreSQL at rag-postgres_dsn."""
-    if runtime.var("rag-backend") == "postgresql":
-        from backends.retrieval.storage.postgresql.index import PgRagIndex
-
-        dsn = runtime.var("rag-postgres_dsn")
-        if not dsn:
-            raise ConfigError("rag-backend is postgresql but rag-postgres_dsn is empty")
-        return PgRagIndex.open(
-            dsn, embedding_model_id=embedding_model_id, dim=dim, hnsw_type=runtime.var("rag-postgres_hnsw_type")
-        )
-    return RagIndex.open(Path(data_dir) / "rag.db", embedding_model_id=embedding_model_id, dim=dim)
