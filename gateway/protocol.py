@@ -105,7 +105,11 @@ class Dispatcher:
         built = self._surfaces.get(name)
         if built is None or built[0] is not runtime:
             surface = build_surface(
-                name, env.endpoint.handler, runtime, self.services.handlers, self.services.custom_tools  # type: ignore[arg-type]
+                name,
+                env.endpoint.handler,
+                runtime,
+                self.services.handlers,
+                self.services.custom_tools,  # type: ignore[arg-type]
             )
             built = self._surfaces[name] = (runtime, surface)
         return built[1]

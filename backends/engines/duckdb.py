@@ -195,6 +195,10 @@ class DuckDBConnection:
     def close(self) -> None:
         self.conn.close()
 
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A DB-API cursor of the connection, for a caller's own keyed lookup (rag.fetch_from_source)."""
+        return self.conn.cursor()
+
     def rollback(self) -> None:  # the pool's contract; every statement already ends in ROLLBACK
         with contextlib.suppress(duckdb.Error):
             self.conn.execute("ROLLBACK")
@@ -279,6 +283,46 @@ def _fetch(cur: duckdb.DuckDBPyConnection) -> Iterator[tuple[Any, ...]]:
         if not chunk:
             return
         yield from chunk
+
+
+# -- RAG source reader (retrieval ingestion) ------------------------------------------------------
+
+
+class DuckDBSourceSession:
+    """A sync's session on a DuckDB source (backends/retrieval/ingest/sources.py SourceSession):
+    the engine's own sandboxed, read-only connection (listed files are views), rows fetched in
+    chunks so memory stays bounded by the batch. No deadline is armed: a sync reads for as long
+    as the table takes."""
+
+    def __init__(self, conn: DuckDBConnection) -> None:
+        self.conn = conn
+
+    def scalar(self, sql: str, params: list[Any]) -> Any:
+        return self.conn.conn.execute(sql, params).fetchall()[0][0]
+
+    def stream(self, sql: str, params: list[Any], batch_rows: int) -> Iterator[tuple[list[str], list[tuple]]]:
+        cur = self.conn.conn.cursor()  # its own cursor: the stream may outlive other statements
+        try:
+            cur.execute(sql, params)
+            names = [d[0] for d in cur.description or ()]
+            while batch := cur.fetchmany(batch_rows):
+                yield names, batch
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.conn.close()
+
+
+def _source_session(target: TargetSettings, *, connect_timeout_s: float) -> DuckDBSourceSession:
+    conn = _connect(target)
+    try:
+        conn.conn.execute(f"SET schema = {_literal(conn.default_schema)}")
+    except BaseException:
+        conn.conn.close()
+        raise
+    return DuckDBSourceSession(conn)
 
 
 def _run_duckdb(
@@ -720,13 +764,13 @@ class DuckDB:
     full_scans = staticmethod(_full_scans)
 
     # -- RAG source reader (retrieval ingestion) --
-    # Not yet: backends/retrieval/ingest/sources.py picks a reader by protocol (READERS) and has
-    # none for duckdb, and handlers/rag/fetch.py calls conn.cursor() on a pooled connection (a
-    # DuckDBConnection has none). What a DuckDB reader needs: open with _connect (the same
-    # locked sandbox; listed files are views), placeholder "?" and '"' quoting as SQLite, keyset
-    # paging by row comparison `(a, b) > (?, ?)` (DuckDB compares rows), rows streamed with
-    # _fetch (fetchmany), decode_value's Decimal/bytes/dates bind as they are; CatalogException,
-    # BinderException, ParserException -> a bad source definition, IOException -> unavailable.
+    source_session = staticmethod(_source_session)
+
+    @staticmethod
+    def source_refused(exc: BaseException) -> bool:
+        # A table or column the source does not have, or SQL it cannot read as written, as
+        # against a file that cannot be opened or read.
+        return isinstance(exc, duckdb.CatalogException | duckdb.BinderException | duckdb.ParserException)
 
 
 ENGINE = DuckDB()

@@ -140,7 +140,9 @@ def test_custom_tool_and_toolset_loaded_on_one_instance_are_served_by_all(cluste
         admin(gateways[1], clients[1], statement)
 
     def answers(gateway: GatewayProcess, client: httpx.Client) -> bool:
-        response = post_rpc(client, gateway, "clustered", "tools/call", {"name": "item_name", "arguments": {"id": 2}}, token=token)
+        response = post_rpc(
+            client, gateway, "clustered", "tools/call", {"name": "item_name", "arguments": {"id": 2}}, token=token
+        )
         if response.status_code != 200:
             return False
         result = response.json()["result"]
