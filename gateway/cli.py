@@ -68,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway import tls
     from gateway.errors import ConfigError
     from gateway.run_files import write_run_file
-    from gateway.startup import prepare
+    from gateway.startup import UNSHOWN_TOKENS_FILE, prepare, tokens_shown, unshown_tokens
 
     data_dir = Path(args.data_dir).resolve()
     try:
@@ -111,6 +111,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server_header=False,
         timeout_graceful_shutdown=5,
     )
+    busy = _cannot_listen(host, port)
+    if busy:
+        print(
+            f"mcp-gateway: cannot start: cannot listen on {host}:{port} ({busy}). Pass --port N (0 picks a free port) "
+            f"or set mcp-port (MCP_GATEWAY_MCP_PORT=N) to serve elsewhere.",
+            file=sys.stderr,
+        )
+        if (data_dir / UNSHOWN_TOKENS_FILE).exists():
+            print("mcp-gateway: the generated tokens are kept: the next start that serves shows them.", file=sys.stderr)
+        return 3
     sock = config.bind_socket()
     bound_port = sock.getsockname()[1]
     served = {"mcp-port": (str(bound_port), args.port), "mcp-bind_address": (host, args.host)}
@@ -122,7 +132,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     state_file = data_dir / "gateway.json"
     state_file.write_text(json.dumps({"pid": os.getpid(), "port": bound_port, "host": host, "use_ssl": use_ssl}))
     run_file = write_run_file(data_dir=data_dir, port=bound_port, host=host, use_ssl=use_ssl)  # found from anywhere
+    if not prepared.generated_tokens:  # a first start that failed before serving: its tokens now
+        prepared.generated_tokens = unshown_tokens(data_dir, prepared.store)
     print(_banner(prepared, scheme="https" if use_ssl else "http", host=host, port=bound_port, cert=cert), flush=True)
+    tokens_shown(data_dir)
     from gateway.assembly import handler_classes
 
     if runtime.var("mcp-metrics_port"):
@@ -168,6 +181,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         state_file.unlink(missing_ok=True)
         run_file.unlink(missing_ok=True)
     return 0
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why the gateway could not listen on host:port (a busy port), else None: asked before
+    serving, so the answer names the port and what to do instead of uvicorn's bare errno."""
+    if not port:
+        return None
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family=family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 class _Supervisor(Multiprocess):

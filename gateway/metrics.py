@@ -172,7 +172,7 @@ class Metrics:
         self.workers = Gauge("mcp_gateway_workers", "Worker processes serving.", multiprocess_mode="livesum", registry=r)
         self.resident_memory = Gauge(
             "mcp_gateway_process_resident_memory_bytes",
-            "Peak resident memory of each worker.",
+            "Resident memory (RSS) of each worker, in bytes (its peak where the current size cannot be read).",
             multiprocess_mode="liveall",
             registry=r,
         )
@@ -354,7 +354,7 @@ class Metrics:
 
     def sample_process(self) -> None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        self.resident_memory.set(usage.ru_maxrss * 1024)
+        self.resident_memory.set(_resident_bytes() or usage.ru_maxrss * 1024)
         self.cpu_seconds.set(usage.ru_utime + usage.ru_stime)
 
     def sample_pools(self, pools: list[dict[str, Any]]) -> None:
@@ -444,3 +444,15 @@ class Metrics:
                 if sample.name.startswith(prefix) and not sample.name.endswith("_created"):
                     rows.append({"name": sample.name, "labels": dict(sample.labels), "value": sample.value})
         return rows
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _resident_bytes() -> int | None:
+    """The process's resident set size now (Linux: /proc/self/statm), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
