@@ -21,8 +21,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from uvicorn.supervisors import Multiprocess
-
 from gateway.run_files import DEFAULT_DATA_DIR
 
 log = logging.getLogger("mcp_gateway")
@@ -34,6 +32,8 @@ def _setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request at INFO: noise on a command's stderr and in the gateway's log
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _banner(prepared: Any, *, scheme: str, host: str, port: int, cert: Path | None) -> str:
@@ -171,7 +171,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.workers > 1:
             from gateway.metrics import worker_restarts_counter
 
-            _Supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
+            _supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
         else:
             # One process serves: reload in a thread (the event loop keeps serving). Without a
             # handler, SIGHUP's default action would end the process.
@@ -200,25 +200,25 @@ def _cannot_listen(host: str, port: int) -> str | None:
     return None
 
 
-class _Supervisor(Multiprocess):
+def _supervisor(config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) -> Any:
     """uvicorn's worker supervisor, with two changes: SIGHUP reloads from disk instead of
     restarting every worker (a restart would drop the in-memory ANN index and cached pools),
     and each worker it replaces is counted in mcp_gateway_worker_restarts_total."""
+    from uvicorn.supervisors import Multiprocess
 
-    def __init__(self, config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) -> None:
-        super().__init__(config, sockets)
-        self.on_hup, self.restarts = on_hup, restarts
+    class _Supervisor(Multiprocess):
+        def handle_hup(self) -> None:
+            log.info("Received SIGHUP: reloading certificates and every module from disk")
+            on_hup()
 
-    def handle_hup(self) -> None:
-        log.info("Received SIGHUP: reloading certificates and every module from disk")
-        self.on_hup()
+        def keep_subprocess_alive(self) -> None:
+            before = list(self.processes)
+            super().keep_subprocess_alive()
+            replaced = sum(1 for old, new in zip(before, self.processes) if old is not new)
+            if replaced:
+                restarts.inc(replaced)
 
-    def keep_subprocess_alive(self) -> None:
-        before = list(self.processes)
-        super().keep_subprocess_alive()
-        replaced = sum(1 for old, new in zip(before, self.processes) if old is not new)
-        if replaced:
-            self.restarts.inc(replaced)
+    return _Supervisor(config, sockets)
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
@@ -323,8 +323,11 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from gateway.assembly import handler_classes, open_store
+def build_parser(*, with_handlers: bool = True) -> argparse.ArgumentParser:
+    """The command line. Without handlers (`--help`, `admin`, `healthcheck`: commands that need
+    none) their sub-commands are listed by name only (gateway.assembly.handler_commands) and
+    nothing of the handlers is imported; choosing one builds the whole parser (main)."""
+    from gateway.assembly import handler_classes, handler_commands, open_store
 
     parser = argparse.ArgumentParser(
         prog="mcp-gateway", description="MCP Gateway: safe, bounded, observable MCP access to databases."
@@ -345,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", type=int, help="override mcp-port (0 picks a free port)")
     serve.add_argument("--host", help="override mcp-bind_address")
-    for cls in handler_classes():
+    for cls in handler_classes() if with_handlers else ():
         cls.add_serve_options(serve)
     serve.set_defaults(func=cmd_serve)
 
@@ -388,13 +391,33 @@ def build_parser() -> argparse.ArgumentParser:
 
         return open_store(locate_data_dir(given))
 
+    if not with_handlers:
+        for name, summary in handler_commands().items():
+            sub.add_parser(name, help=summary, add_help=False)
+        return parser
     for cls in handler_classes():
         cls.add_cli(sub, open_store=open_existing_store)
     return parser
 
 
+LIGHT_COMMANDS = frozenset({"admin", "healthcheck"})  # they import no handler (gateway/admin_client.py)
+
+
+def _command(argv: list[str]) -> str | None:
+    """The sub-command argv names (the first word that is not an option or an option's value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command(argv)
+    args = build_parser(with_handlers=command is not None and command not in LIGHT_COMMANDS).parse_args(argv)
     _setup_logging(args.log_level)
     return args.func(args)
 
