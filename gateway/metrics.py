@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from gateway.pids import pid_alive
@@ -404,7 +406,11 @@ class Metrics:
         return registry
 
     def exposition(self) -> bytes:
-        return generate_latest(self.collecting_registry())
+        return generate_latest(_EveryFamily(self.collecting_registry(), self._declared()))
+
+    def _declared(self) -> list[Any]:
+        """Every family this object declares, without samples (what a fresh worker has not written yet)."""
+        return [family for metric in vars(self).values() if isinstance(metric, MetricWrapperBase) for family in metric.describe()]
 
     def totals(self) -> dict[str, float]:
         """Cross-worker totals for get_status and the stats endpoint."""
@@ -456,3 +462,54 @@ def _resident_bytes() -> int | None:
             return int(fh.read().split()[1]) * _PAGE_SIZE
     except (OSError, ValueError, IndexError):
         return None
+
+
+# Gauges whose value before their first event is truly 0 (nothing in flight, nothing waiting, an
+# empty cache). Others are not: a certificate's expiry or a handler's health at 0 would fire alerts.
+ZERO_AT_START = frozenset(
+    {
+        "mcp_gateway_inflight_requests",
+        "mcp_gateway_pool_connections",
+        "mcp_gateway_pool_max_connections",
+        "mcp_gateway_pool_waiting",
+        "mcp_cache_entries",
+        "mcp_cache_bytes",
+    }
+)
+
+
+class _EveryFamily:
+    """/metrics with every family present from the start: a family that has no series yet (no
+    event with its labels so far, or a collector with nothing to report) is exported as one
+    zero-valued series without labels, so a fresh deployment's dashboard shows 0 rather than
+    "No data" and rules over absent series do not misfire."""
+
+    def __init__(self, registry: CollectorRegistry, declared: list[Any]) -> None:
+        self.registry, self.declared = registry, declared
+
+    def collect(self) -> Iterator[Any]:
+        seen: set[str] = set()
+        ours = {family.name for family in self.declared}
+        for family in self.registry.collect():  # a scrape collector's family yielded empty is 0 by its contract
+            seen.add(family.name)
+            yield family if family.samples else _zero(family, collected=family.name not in ours)
+        for family in self.declared:
+            if family.name not in seen:
+                seen.add(family.name)
+                yield _zero(family)
+
+
+def _zero(family: Any, *, collected: bool = False) -> Any:
+    zero = Metric(family.name, family.documentation, family.type, getattr(family, "unit", ""))
+    if family.type == "counter":
+        zero.add_sample(family.name + "_total", {}, 0.0)
+    elif family.type == "histogram":
+        zero.add_sample(family.name + "_bucket", {"le": "+Inf"}, 0.0)
+        zero.add_sample(family.name + "_count", {}, 0.0)
+        zero.add_sample(family.name + "_sum", {}, 0.0)
+    elif family.type == "summary":
+        zero.add_sample(family.name + "_count", {}, 0.0)
+        zero.add_sample(family.name + "_sum", {}, 0.0)
+    elif collected or family.name in ZERO_AT_START:  # a gauge only where 0 is the truth before any event
+        zero.add_sample(family.name, {}, 0.0)
+    return zero

@@ -297,3 +297,13 @@ def test_shipped_prometheus_config_scrapes_two_workers_and_fires_the_shipped_ale
                 live = exported_names(client.get("/metrics").text)
         unknown = {where: names - live for where, names in referenced_names().items()}
         assert not {where: names for where, names in unknown.items() if names}, unknown
+
+
+def test_a_fresh_gateway_exports_every_name_the_dashboard_and_alerts_use():
+    """Before any call, every family exists (zero-valued where it has no labels yet): a fresh
+    deployment's panels show 0, not "No data", and absence-sensitive alerts do not misfire."""
+    with start_gateway(workers=2) as gw, gw.client() as client:
+        text = client.get("/metrics").text
+    live = {line.split()[0].split("{")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    unknown = {where: names - live for where, names in referenced_names().items()}
+    assert not {where: names for where, names in unknown.items() if names}, unknown
