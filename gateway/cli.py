@@ -11,6 +11,7 @@ and what each handler adds (ToolHandler.add_cli), e.g. mcp-gateway rag sync [--s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -180,7 +181,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         state_file.unlink(missing_ok=True)
         run_file.unlink(missing_ok=True)
+        _exit_within(EXIT_GRACE_S)
     return 0
+
+
+EXIT_GRACE_S = 3.5
+
+
+def _exit_within(seconds: float) -> None:
+    """Exit 0 at most `seconds` after serving stopped. Background work the handlers started in
+    this process (the demo corpus sync) stops at its next batch through its exit hooks; a
+    thread still inside one long call (a model embedding a batch) is not waited for: what it
+    committed stays, and the next start resumes after it."""
+
+    def force() -> None:
+        log.warning("background work still running %.1f s after the server stopped: exiting without it", seconds)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
 
 
 def _cannot_listen(host: str, port: int) -> str | None:
