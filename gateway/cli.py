@@ -289,6 +289,18 @@ def cmd_admin(args: argparse.Namespace) -> int:
     return 0 if not result.get("error") else 1
 
 
+def cmd_stdio(args: argparse.Namespace) -> int:
+    from gateway.errors import GatewayError
+    from gateway.run_files import locate_data_dir
+    from gateway.stdio_bridge import BridgeError, serve_stdio
+
+    try:
+        return serve_stdio(args.endpoint, locate_data_dir(args.data_dir))
+    except (BridgeError, GatewayError, OSError) as exc:  # GatewayError: NoDataDir, which says what to pass
+        print(f"mcp-gateway stdio: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+
+
 def variables_table() -> str:
     from gateway.assembly import declared_variables
 
@@ -398,6 +410,16 @@ def build_parser(*, with_handlers: bool = True) -> argparse.ArgumentParser:
     )
     admin.set_defaults(func=cmd_admin)
 
+    stdio = sub.add_parser(
+        "stdio",
+        help="serve one endpoint over stdio, for MCP clients that launch a command (the running gateway, else one of its own)",
+    )
+    stdio.add_argument("endpoint", help="the endpoint: /mcp/<endpoint> (query, rag, config, ...)")
+    stdio.add_argument(
+        "--data-dir", help=f"default: ./{DEFAULT_DATA_DIR} if it exists, else the running gateway's (found by its run file)"
+    )
+    stdio.set_defaults(func=cmd_stdio)
+
     variables = sub.add_parser("variables", help="the declared variables as a Markdown table")
     variables.set_defaults(func=cmd_variables)
 
@@ -423,7 +445,7 @@ def build_parser(*, with_handlers: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-LIGHT_COMMANDS = frozenset({"admin", "healthcheck"})  # they import no handler (gateway/admin_client.py)
+LIGHT_COMMANDS = frozenset({"admin", "healthcheck", "stdio"})  # they import no handler (gateway/admin_client.py)
 
 
 def _command(argv: list[str]) -> str | None:
