@@ -89,6 +89,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.warning("mcp-use_ssl=false: serving PLAIN HTTP. Bearer tokens cross the network in clear text.")
         log.warning("!" * 72)
 
+    declared = None
+    if runtime.var("mcp-metrics_port"):  # the plain metrics port exports every family from the start, as /metrics does
+        from gateway.metrics import declared_families
+
+        declared = declared_families()  # before PROMETHEUS_MULTIPROC_DIR is set (below)
     environ = dict(os.environ)  # as prepare() saw it: a SIGHUP applies the same overrides again
     # Metrics of every worker go to files here; a fresh directory per run drops dead workers' samples.
     metrics_dir = data_dir / "metrics"
@@ -146,7 +151,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         collectors = [c for cls in handler_classes() for c in cls.scrape_collectors(data_dir, prepared.store.read_runtime)]
         registry = CollectorRegistry()
-        registry.register(SharedStateCollector(collectors))
+        registry.register(SharedStateCollector(collectors, declared))
         start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=registry)
     from gateway.assembly import prepare_backends
 

@@ -25,7 +25,7 @@ import os
 import resource
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
@@ -88,14 +88,26 @@ class SharedStateCollector:
     """What the parent serves on mcp-metrics_port: every worker's files (dead workers' live
     gauges dropped at each scrape) plus the handlers' scrape-time collectors."""
 
-    def __init__(self, collectors: list[Any]) -> None:
+    def __init__(self, collectors: list[Any], declared: list[Any] | None = None) -> None:
         self.collectors = collectors
+        self.declared = declared or []  # declared_families(): exported from the start, as on /metrics
 
     def collect(self) -> Iterator[Any]:
         reap_dead_workers()
+        yield from _EveryFamily(self._collect, self.declared).collect()
+
+    def _collect(self) -> Iterator[Any]:
         yield from MultiProcessCollector(None, path=multiprocess_dir()).collect()
         for collector in self.collectors:
             yield from collector.collect()
+
+
+def declared_families() -> list[Any]:
+    """The families every worker's Metrics declares, without samples, for the parent's plain
+    metrics port. Call it before PROMETHEUS_MULTIPROC_DIR is set: its metrics live in memory."""
+    if multiprocess_dir():
+        raise RuntimeError("declared_families() must run before PROMETHEUS_MULTIPROC_DIR is set")
+    return Metrics()._declared()
 
 
 def worker_restarts_counter() -> Counter:
@@ -406,7 +418,7 @@ class Metrics:
         return registry
 
     def exposition(self) -> bytes:
-        return generate_latest(_EveryFamily(self.collecting_registry(), self._declared()))
+        return generate_latest(_EveryFamily(self.collecting_registry().collect, self._declared()))
 
     def _declared(self) -> list[Any]:
         """Every family this object declares, without samples (what a fresh worker has not written yet)."""
@@ -484,13 +496,13 @@ class _EveryFamily:
     zero-valued series without labels, so a fresh deployment's dashboard shows 0 rather than
     "No data" and rules over absent series do not misfire."""
 
-    def __init__(self, registry: CollectorRegistry, declared: list[Any]) -> None:
-        self.registry, self.declared = registry, declared
+    def __init__(self, families: Callable[[], Iterable[Any]], declared: list[Any]) -> None:
+        self.families, self.declared = families, declared
 
     def collect(self) -> Iterator[Any]:
         seen: set[str] = set()
         ours = {family.name for family in self.declared}
-        for family in self.registry.collect():  # a scrape collector's family yielded empty is 0 by its contract
+        for family in self.families():  # a scrape collector's family yielded empty is 0 by its contract
             seen.add(family.name)
             yield family if family.samples else _zero(family, collected=family.name not in ours)
         for family in self.declared:
