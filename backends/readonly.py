@@ -182,10 +182,21 @@ def _parse_one(sql: str, dialect: str) -> exp.Expression:
     try:
         statements = [s for s in parser.parse(tokenizer.tokenize(sql), sql) if s is not None]
     except SqlglotError:
-        raise refuse("the statement could not be parsed (unknown syntax is refused)") from None
+        raise refuse(_unparsed_reason(sql)) from None
     if len(statements) != 1:
         raise refuse(f"exactly one statement per call, got {len(statements)}")
     return statements[0]
+
+
+_FILE_INTO = re.compile(r"\bINTO\s+(OUTFILE|DUMPFILE)\b", re.IGNORECASE)
+
+
+def _unparsed_reason(sql: str) -> str:
+    """Why a statement sqlglot cannot parse is refused: a known write named, else unknown syntax."""
+    found = _FILE_INTO.search(sql)
+    if found:
+        return f"SELECT ... INTO {found.group(1).upper()} writes a file on the database server; it is not allowed in a read-only statement"
+    return "the statement could not be parsed (unknown syntax is refused)"
 
 
 def _root_kind(tree: exp.Expression, rules: ReadOnlyRules) -> str:

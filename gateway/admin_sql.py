@@ -229,6 +229,7 @@ class AdminSQL:
         try:
             if resets:
                 self._snapshot_for_reset(conn, resets)
+            total_before = conn.total_changes()
             try:
                 cursor = conn.execute(statement)
                 columns: list[str] = []
@@ -254,7 +255,8 @@ class AdminSQL:
                 raise InvalidArgument(f"SQL error: {exc}") from None  # SQLite's own message about our own tables
             except apsw.ConstraintError as exc:
                 raise InvalidArgument(f"constraint failed: {exc}") from None
-            changes = conn.changes()
+            # changes() keeps the count of the last write on this connection: a statement that wrote nothing reports 0
+            changes = conn.changes() if conn.total_changes() != total_before else 0
             cursor.close()
             if resets:
                 self._zero(conn, resets)

@@ -12,37 +12,43 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from backends import readonly
-from backends.custom_tools import CustomTools, tools_module
-from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
-from backends.engines.postgresql import CLUSTER_DATABASE
-from backends.pools import TargetPools
-from backends.result_cache import ResultCache
-from backends.result_cache.embedded import EmbeddedStore
-from backends.result_cache.store import StoreUnavailable
-from backends.sql import ReadOnlySql
-from gateway.data_files import DataFiles
-from gateway.services import Services
-from gateway.store import ConfigModule, ConfigStore
-from gateway.tools import ToolHandler
-from gateway.variables import Variable, all_variables, tools_disabled_variable
-from handlers import HANDLER_CLASSES
+import handlers  # light: its handler classes are imported on first use (handler_classes)
+
+if TYPE_CHECKING:
+    from backends.result_cache import ResultCache
+    from gateway.data_files import DataFiles
+    from gateway.services import Services
+    from gateway.store import ConfigModule, ConfigStore
+    from gateway.tools import ToolHandler
+    from gateway.variables import Variable
 
 log = logging.getLogger("mcp_gateway")
+# The backends and the handlers are imported where a function needs them, not here: the command
+# line imports this module for every command, and `--help` or `admin` against a running gateway
+# need none of them (their drivers, sqlglot, the embedder: most of a second).
 
 
 def handler_classes() -> tuple[type[ToolHandler], ...]:
-    return HANDLER_CLASSES
+    return handlers.HANDLER_CLASSES
+
+
+def handler_commands() -> dict[str, str]:
+    """The sub-commands the handlers add to the command line (name -> help), without importing them."""
+    return dict(handlers.CLI_COMMANDS)
 
 
 def endpoints() -> tuple[str, ...]:
     """The endpoint names, `/mcp/<name>`, in the handler list's order."""
-    return tuple(cls.endpoint for cls in HANDLER_CLASSES)
+    return tuple(cls.endpoint for cls in handler_classes())
 
 
 def declared_variables() -> dict[str, Variable]:
-    handler_variables = (v for cls in HANDLER_CLASSES for v in cls.variables)
+    from backends.declarations import BACKEND_VARIABLES
+    from gateway.variables import all_variables, tools_disabled_variable
+
+    handler_variables = (v for cls in handler_classes() for v in cls.variables)
     disabled = (tools_disabled_variable(e) for e in endpoints())
     return all_variables((*BACKEND_VARIABLES, *handler_variables, *disabled), endpoints=endpoints())
 
@@ -50,7 +56,7 @@ def declared_variables() -> dict[str, Variable]:
 def builtin_tools() -> dict[str, dict[str, bool]]:
     """Each built-in endpoint's tools (both spellings), and whether each takes a target_id (can be pinned)."""
     catalog: dict[str, dict[str, bool]] = {}
-    for cls in HANDLER_CLASSES:
+    for cls in handler_classes():
         tools = catalog.setdefault(cls.endpoint, {})
         for spec in cls.tools.values():
             takes_target = "target_id" in spec.input_schema.get("properties", {})
@@ -59,21 +65,27 @@ def builtin_tools() -> dict[str, dict[str, bool]]:
 
 
 def config_modules() -> list[ConfigModule]:
+    from backends.custom_tools import tools_module
+    from backends.declarations import BACKEND_CONFIG_MODULES
+
     return [
         *BACKEND_CONFIG_MODULES,
         tools_module(builtin_tools()),
-        *(m for cls in HANDLER_CLASSES for m in cls.config_modules),
+        *(m for cls in handler_classes() for m in cls.config_modules),
     ]
 
 
 def data_files() -> list[DataFiles]:
     """The endpoints' scratch and derived files in the data directory (gateway/backup.py)."""
-    return [cls.data_files for cls in HANDLER_CLASSES if cls.data_files is not None]
+    return [cls.data_files for cls in handler_classes() if cls.data_files is not None]
 
 
 def open_store(data_dir: Path) -> ConfigStore:
     """The config store of a data directory, with every declared variable and admin table (and
     attached to the cluster its runtime names, if any: gateway/cluster.py)."""
+    from backends.engines.postgresql import CLUSTER_DATABASE
+    from gateway.store import ConfigStore
+
     store = ConfigStore(
         Path(data_dir), variables=declared_variables(), modules=config_modules(), cluster_database=CLUSTER_DATABASE
     )
@@ -85,6 +97,8 @@ def prepare_backends(data_dir: Path) -> None:
     """What the serving parent process does once, before any worker starts: empty the embedded
     result cache (results from before a restart are not trusted; a Redis store is left alone,
     other instances share it)."""
+    from backends.result_cache.embedded import EmbeddedStore
+
     EmbeddedStore.reset(data_dir)
 
 
@@ -92,6 +106,12 @@ def share_backends(services: Services) -> None:
     """Build what every endpoint reaching a database shares: the target pools, the query result
     cache and the read-only SQL path over both. Before any handler is constructed; the app
     starts the cache's upkeep when it serves, and closes them all after the last handler."""
+    from backends import readonly
+    from backends.custom_tools import CustomTools
+    from backends.pools import TargetPools
+    from backends.result_cache import ResultCache
+    from backends.sql import ReadOnlySql
+
     services.targets = TargetPools(services.runtime)
     services.result_cache = ResultCache(services.data_dir, services.runtime, services.metrics)
     services.sql = ReadOnlySql(services.targets, services.store, cache=services.result_cache, evidence=services.evidence)
@@ -102,6 +122,8 @@ def share_backends(services: Services) -> None:
 
 def _clear_results(cache: ResultCache, target_id: str | None) -> int:
     """admin_flush_cache's query_results, in each worker (the store is shared: the first drops the entries)."""
+    from backends.result_cache.store import StoreUnavailable
+
     try:
         return cache.clear(target_id=target_id)
     except StoreUnavailable:  # Redis is down: nothing is served from it meanwhile, and the runtime follower must go on

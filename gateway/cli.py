@@ -11,6 +11,7 @@ and what each handler adds (ToolHandler.add_cli), e.g. mcp-gateway rag sync [--s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -20,8 +21,6 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
-
-from uvicorn.supervisors import Multiprocess
 
 from gateway.run_files import DEFAULT_DATA_DIR
 
@@ -34,6 +33,8 @@ def _setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request at INFO: noise on a command's stderr and in the gateway's log
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _banner(prepared: Any, *, scheme: str, host: str, port: int, cert: Path | None) -> str:
@@ -68,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway import tls
     from gateway.errors import ConfigError
     from gateway.run_files import write_run_file
-    from gateway.startup import prepare
+    from gateway.startup import UNSHOWN_TOKENS_FILE, prepare, tokens_shown, unshown_tokens
 
     data_dir = Path(args.data_dir).resolve()
     try:
@@ -88,6 +89,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.warning("mcp-use_ssl=false: serving PLAIN HTTP. Bearer tokens cross the network in clear text.")
         log.warning("!" * 72)
 
+    declared = None
+    if runtime.var("mcp-metrics_port"):  # the plain metrics port exports every family from the start, as /metrics does
+        from gateway.metrics import declared_families
+
+        declared = declared_families()  # before PROMETHEUS_MULTIPROC_DIR is set (below)
     environ = dict(os.environ)  # as prepare() saw it: a SIGHUP applies the same overrides again
     # Metrics of every worker go to files here; a fresh directory per run drops dead workers' samples.
     metrics_dir = data_dir / "metrics"
@@ -111,6 +117,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server_header=False,
         timeout_graceful_shutdown=5,
     )
+    busy = _cannot_listen(host, port)
+    if busy:
+        print(
+            f"mcp-gateway: cannot start: cannot listen on {host}:{port} ({busy}). Pass --port N (0 picks a free port) "
+            f"or set mcp-port (MCP_GATEWAY_MCP_PORT=N) to serve elsewhere.",
+            file=sys.stderr,
+        )
+        if (data_dir / UNSHOWN_TOKENS_FILE).exists():
+            print("mcp-gateway: the generated tokens are kept: the next start that serves shows them.", file=sys.stderr)
+        return 3
     sock = config.bind_socket()
     bound_port = sock.getsockname()[1]
     served = {"mcp-port": (str(bound_port), args.port), "mcp-bind_address": (host, args.host)}
@@ -122,7 +138,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     state_file = data_dir / "gateway.json"
     state_file.write_text(json.dumps({"pid": os.getpid(), "port": bound_port, "host": host, "use_ssl": use_ssl}))
     run_file = write_run_file(data_dir=data_dir, port=bound_port, host=host, use_ssl=use_ssl)  # found from anywhere
+    if not prepared.generated_tokens:  # a first start that failed before serving: its tokens now
+        prepared.generated_tokens = unshown_tokens(data_dir, prepared.store)
     print(_banner(prepared, scheme="https" if use_ssl else "http", host=host, port=bound_port, cert=cert), flush=True)
+    tokens_shown(data_dir)
     from gateway.assembly import handler_classes
 
     if runtime.var("mcp-metrics_port"):
@@ -132,7 +151,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         collectors = [c for cls in handler_classes() for c in cls.scrape_collectors(data_dir, prepared.store.read_runtime)]
         registry = CollectorRegistry()
-        registry.register(SharedStateCollector(collectors))
+        registry.register(SharedStateCollector(collectors, declared))
         start_http_server(runtime.var("mcp-metrics_port"), addr=host, registry=registry)
     from gateway.assembly import prepare_backends
 
@@ -158,7 +177,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.workers > 1:
             from gateway.metrics import worker_restarts_counter
 
-            _Supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
+            _supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
         else:
             # One process serves: reload in a thread (the event loop keeps serving). Without a
             # handler, SIGHUP's default action would end the process.
@@ -167,28 +186,67 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         state_file.unlink(missing_ok=True)
         run_file.unlink(missing_ok=True)
+        _exit_within(EXIT_GRACE_S)
     return 0
 
 
-class _Supervisor(Multiprocess):
+EXIT_GRACE_S = 3.5
+
+
+def _exit_within(seconds: float) -> None:
+    """Exit 0 at most `seconds` after serving stopped. Background work the handlers started in
+    this process (the demo corpus sync) stops at its next batch through its exit hooks; a
+    thread still inside one long call (a model embedding a batch) is not waited for: what it
+    committed stays, and the next start resumes after it."""
+
+    def force() -> None:
+        log.warning("background work still running %.1f s after the server stopped: exiting without it", seconds)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why the gateway could not listen on host:port (a busy port), else None: asked before
+    serving, so the answer names the port and what to do instead of uvicorn's bare errno."""
+    if not port:
+        return None
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family=family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
+def _supervisor(config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) -> Any:
     """uvicorn's worker supervisor, with two changes: SIGHUP reloads from disk instead of
     restarting every worker (a restart would drop the in-memory ANN index and cached pools),
     and each worker it replaces is counted in mcp_gateway_worker_restarts_total."""
+    from uvicorn.supervisors import Multiprocess
 
-    def __init__(self, config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) -> None:
-        super().__init__(config, sockets)
-        self.on_hup, self.restarts = on_hup, restarts
+    class _Supervisor(Multiprocess):
+        def handle_hup(self) -> None:
+            log.info("Received SIGHUP: reloading certificates and every module from disk")
+            on_hup()
 
-    def handle_hup(self) -> None:
-        log.info("Received SIGHUP: reloading certificates and every module from disk")
-        self.on_hup()
+        def keep_subprocess_alive(self) -> None:
+            before = list(self.processes)
+            super().keep_subprocess_alive()
+            replaced = sum(1 for old, new in zip(before, self.processes) if old is not new)
+            if replaced:
+                restarts.inc(replaced)
 
-    def keep_subprocess_alive(self) -> None:
-        before = list(self.processes)
-        super().keep_subprocess_alive()
-        replaced = sum(1 for old, new in zip(before, self.processes) if old is not new)
-        if replaced:
-            self.restarts.inc(replaced)
+    return _Supervisor(config, sockets)
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
@@ -234,6 +292,18 @@ def cmd_admin(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(result, indent=2, default=str))
     return 0 if not result.get("error") else 1
+
+
+def cmd_stdio(args: argparse.Namespace) -> int:
+    from gateway.errors import GatewayError
+    from gateway.run_files import locate_data_dir
+    from gateway.stdio_bridge import BridgeError, serve_stdio
+
+    try:
+        return serve_stdio(args.endpoint, locate_data_dir(args.data_dir))
+    except (BridgeError, GatewayError, OSError) as exc:  # GatewayError: NoDataDir, which says what to pass
+        print(f"mcp-gateway stdio: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
 
 
 def variables_table() -> str:
@@ -293,8 +363,11 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from gateway.assembly import handler_classes, open_store
+def build_parser(*, with_handlers: bool = True) -> argparse.ArgumentParser:
+    """The command line. Without handlers (`--help`, `admin`, `healthcheck`: commands that need
+    none) their sub-commands are listed by name only (gateway.assembly.handler_commands) and
+    nothing of the handlers is imported; choosing one builds the whole parser (main)."""
+    from gateway.assembly import handler_classes, handler_commands, open_store
 
     parser = argparse.ArgumentParser(
         prog="mcp-gateway", description="MCP Gateway: safe, bounded, observable MCP access to databases."
@@ -315,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", type=int, help="override mcp-port (0 picks a free port)")
     serve.add_argument("--host", help="override mcp-bind_address")
-    for cls in handler_classes():
+    for cls in handler_classes() if with_handlers else ():
         cls.add_serve_options(serve)
     serve.set_defaults(func=cmd_serve)
 
@@ -342,6 +415,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     admin.set_defaults(func=cmd_admin)
 
+    stdio = sub.add_parser(
+        "stdio",
+        help="serve one endpoint over stdio, for MCP clients that launch a command (the running gateway, else one of its own)",
+    )
+    stdio.add_argument("endpoint", help="the endpoint: /mcp/<endpoint> (query, rag, config, ...)")
+    stdio.add_argument(
+        "--data-dir", help=f"default: ./{DEFAULT_DATA_DIR} if it exists, else the running gateway's (found by its run file)"
+    )
+    stdio.set_defaults(func=cmd_stdio)
+
     variables = sub.add_parser("variables", help="the declared variables as a Markdown table")
     variables.set_defaults(func=cmd_variables)
 
@@ -358,13 +441,33 @@ def build_parser() -> argparse.ArgumentParser:
 
         return open_store(locate_data_dir(given))
 
+    if not with_handlers:
+        for name, summary in handler_commands().items():
+            sub.add_parser(name, help=summary, add_help=False)
+        return parser
     for cls in handler_classes():
         cls.add_cli(sub, open_store=open_existing_store)
     return parser
 
 
+LIGHT_COMMANDS = frozenset({"admin", "healthcheck", "stdio"})  # they import no handler (gateway/admin_client.py)
+
+
+def _command(argv: list[str]) -> str | None:
+    """The sub-command argv names (the first word that is not an option or an option's value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command(argv)
+    args = build_parser(with_handlers=command is not None and command not in LIGHT_COMMANDS).parse_args(argv)
     _setup_logging(args.log_level)
     return args.func(args)
 

@@ -25,10 +25,12 @@ import os
 import resource
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from gateway.pids import pid_alive
@@ -86,14 +88,26 @@ class SharedStateCollector:
     """What the parent serves on mcp-metrics_port: every worker's files (dead workers' live
     gauges dropped at each scrape) plus the handlers' scrape-time collectors."""
 
-    def __init__(self, collectors: list[Any]) -> None:
+    def __init__(self, collectors: list[Any], declared: list[Any] | None = None) -> None:
         self.collectors = collectors
+        self.declared = declared or []  # declared_families(): exported from the start, as on /metrics
 
     def collect(self) -> Iterator[Any]:
         reap_dead_workers()
+        yield from _EveryFamily(self._collect, self.declared).collect()
+
+    def _collect(self) -> Iterator[Any]:
         yield from MultiProcessCollector(None, path=multiprocess_dir()).collect()
         for collector in self.collectors:
             yield from collector.collect()
+
+
+def declared_families() -> list[Any]:
+    """The families every worker's Metrics declares, without samples, for the parent's plain
+    metrics port. Call it before PROMETHEUS_MULTIPROC_DIR is set: its metrics live in memory."""
+    if multiprocess_dir():
+        raise RuntimeError("declared_families() must run before PROMETHEUS_MULTIPROC_DIR is set")
+    return Metrics()._declared()
 
 
 def worker_restarts_counter() -> Counter:
@@ -172,7 +186,7 @@ class Metrics:
         self.workers = Gauge("mcp_gateway_workers", "Worker processes serving.", multiprocess_mode="livesum", registry=r)
         self.resident_memory = Gauge(
             "mcp_gateway_process_resident_memory_bytes",
-            "Peak resident memory of each worker.",
+            "Resident memory (RSS) of each worker, in bytes (its peak where the current size cannot be read).",
             multiprocess_mode="liveall",
             registry=r,
         )
@@ -354,7 +368,7 @@ class Metrics:
 
     def sample_process(self) -> None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        self.resident_memory.set(usage.ru_maxrss * 1024)
+        self.resident_memory.set(_resident_bytes() or usage.ru_maxrss * 1024)
         self.cpu_seconds.set(usage.ru_utime + usage.ru_stime)
 
     def sample_pools(self, pools: list[dict[str, Any]]) -> None:
@@ -404,7 +418,11 @@ class Metrics:
         return registry
 
     def exposition(self) -> bytes:
-        return generate_latest(self.collecting_registry())
+        return generate_latest(_EveryFamily(self.collecting_registry().collect, self._declared()))
+
+    def _declared(self) -> list[Any]:
+        """Every family this object declares, without samples (what a fresh worker has not written yet)."""
+        return [family for metric in vars(self).values() if isinstance(metric, MetricWrapperBase) for family in metric.describe()]
 
     def totals(self) -> dict[str, float]:
         """Cross-worker totals for get_status and the stats endpoint."""
@@ -444,3 +462,66 @@ class Metrics:
                 if sample.name.startswith(prefix) and not sample.name.endswith("_created"):
                     rows.append({"name": sample.name, "labels": dict(sample.labels), "value": sample.value})
         return rows
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _resident_bytes() -> int | None:
+    """The process's resident set size now (Linux: /proc/self/statm), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# Gauges whose value before their first event is truly 0 (nothing in flight, nothing waiting, an
+# empty cache). Others are not: a certificate's expiry or a handler's health at 0 would fire alerts.
+ZERO_AT_START = frozenset(
+    {
+        "mcp_gateway_inflight_requests",
+        "mcp_gateway_pool_connections",
+        "mcp_gateway_pool_max_connections",
+        "mcp_gateway_pool_waiting",
+        "mcp_cache_entries",
+        "mcp_cache_bytes",
+    }
+)
+
+
+class _EveryFamily:
+    """/metrics with every family present from the start: a family that has no series yet (no
+    event with its labels so far, or a collector with nothing to report) is exported as one
+    zero-valued series without labels, so a fresh deployment's dashboard shows 0 rather than
+    "No data" and rules over absent series do not misfire."""
+
+    def __init__(self, families: Callable[[], Iterable[Any]], declared: list[Any]) -> None:
+        self.families, self.declared = families, declared
+
+    def collect(self) -> Iterator[Any]:
+        seen: set[str] = set()
+        ours = {family.name for family in self.declared}
+        for family in self.families():  # a scrape collector's family yielded empty is 0 by its contract
+            seen.add(family.name)
+            yield family if family.samples else _zero(family, collected=family.name not in ours)
+        for family in self.declared:
+            if family.name not in seen:
+                seen.add(family.name)
+                yield _zero(family)
+
+
+def _zero(family: Any, *, collected: bool = False) -> Any:
+    zero = Metric(family.name, family.documentation, family.type, getattr(family, "unit", ""))
+    if family.type == "counter":
+        zero.add_sample(family.name + "_total", {}, 0.0)
+    elif family.type == "histogram":
+        zero.add_sample(family.name + "_bucket", {"le": "+Inf"}, 0.0)
+        zero.add_sample(family.name + "_count", {}, 0.0)
+        zero.add_sample(family.name + "_sum", {}, 0.0)
+    elif family.type == "summary":
+        zero.add_sample(family.name + "_count", {}, 0.0)
+        zero.add_sample(family.name + "_sum", {}, 0.0)
+    elif collected or family.name in ZERO_AT_START:  # a gauge only where 0 is the truth before any event
+        zero.add_sample(family.name, {}, 0.0)
+    return zero

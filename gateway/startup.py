@@ -18,6 +18,7 @@ the disk layers and published. Tokens are generated only for a cluster that has 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import tomllib
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway import sqlite, workers
+from gateway import sqlite, tokens, workers
 from gateway.assembly import endpoints, open_store
 from gateway.cluster import member_id
 from gateway.errors import ConfigError
@@ -113,6 +114,7 @@ def prepare(
                     generated[endpoint] = secrets.token_urlsafe(32)
                     store.set_variable(name, generated[endpoint])
                     store.set_variable(name, generated[endpoint], layer="disk")
+                    tokens.note_created(store, endpoint, generated[endpoint], created_by="first start")
         for module in store.modules:
             if module not in published:
                 store.load_to_runtime(module)  # with a cluster: published, its first version
@@ -124,4 +126,42 @@ def prepare(
             fetched = store.cluster.fetch(module)
             if fetched is not None:
                 store.apply_cluster(fetched, force=True)
+    if generated:
+        keep_unshown_tokens(data_dir, generated)
     return Prepared(store=store, fresh=fresh, generated_tokens=generated)
+
+
+UNSHOWN_TOKENS_FILE = "unshown-tokens.json"
+
+
+def keep_unshown_tokens(data_dir: Path, generated: Mapping[str, str]) -> None:
+    """The first start's tokens, kept (0600, in the 0700 data directory) until a start that serves
+    has printed them: a first start that fails (a busy port) does not lose them."""
+    path = Path(data_dir) / UNSHOWN_TOKENS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(dict(generated), handle)
+
+
+def unshown_tokens(data_dir: Path, store: ConfigStore) -> dict[str, str]:
+    """The first start's tokens no start has shown yet, those still accepted (a token rotated
+    away since is not shown)."""
+    path = Path(data_dir) / UNSHOWN_TOKENS_FILE
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    runtime = store.read_runtime()
+    shown = {}
+    for endpoint, token in kept.items():
+        try:
+            accepted = runtime.var(f"mcp-{endpoint}_endpoint_auth") or ()
+        except KeyError:
+            continue
+        if token in accepted:
+            shown[endpoint] = token
+    return shown
+
+
+def tokens_shown(data_dir: Path) -> None:
+    (Path(data_dir) / UNSHOWN_TOKENS_FILE).unlink(missing_ok=True)

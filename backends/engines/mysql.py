@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import re
 import ssl
@@ -101,6 +102,7 @@ TIMEOUT_CODES = frozenset({1969, 3024})  # MariaDB max_statement_time, MySQL max
 KILLED_CODE = 1317  # ER_QUERY_INTERRUPTED: KILL QUERY (admin_kill_query), not a timeout
 READ_ONLY_CODES = frozenset({1792, 1290, 1836})
 # Errors whose text only names what the caller wrote (columns, tables, syntax near ...).
+NO_SUCH_TABLE_CODE = 1146  # ER_NO_SUCH_TABLE: the caller named a table the database does not have
 USER_ERROR_CODES = frozenset(
     {1044, 1049, 1051, 1052, 1054, 1060, 1064, 1109, 1142, 1143, 1146, 1222, 1241, 1242, 1248, 1305, 1582, 1583, 1630}
 )
@@ -115,6 +117,7 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
     1317 (KILL QUERY)                      Cancelled
     TIMEOUT_CODES                          DeadlineExceeded
     READ_ONLY_CODES                        InvalidArgument (a write was refused)
+    1146 (no such table)                   NotFound naming it
     USER_ERROR_CODES                       InvalidArgument naming it (the caller's own words)
     OperationalError, client side (>= 2000, 0)   Unavailable
     DataError, BAD_VALUE_CODES             BadValue (the number and class only)
@@ -129,6 +132,8 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
         return DeadlineExceeded(f"the statement ran past its timeout of {timeout_ms} ms and was interrupted by the server")
     if errno in READ_ONLY_CODES:
         return InvalidArgument("the database refused to write: the statement runs in a read-only transaction")
+    if errno == NO_SUCH_TABLE_CODE and len(exc.args) > 1:
+        return NotFound(f"the database rejected the statement ({errno}): {exc.args[1]}")
     if errno in USER_ERROR_CODES and len(exc.args) > 1:
         return InvalidArgument(f"the database rejected the statement ({errno}): {exc.args[1]}")
     if isinstance(exc, pymysql.err.OperationalError) and (errno >= 2000 or errno == 0):
@@ -315,6 +320,28 @@ def _full_scans(plan: Any) -> list[FullScan]:
         for node in plan_objects(plan)
         if node.get("access_type") == "ALL" and node.get("table_name")
     ]
+
+
+# MariaDB's EXPLAIN FORMAT=JSON writes a condition's text unescaped ("attached_condition":
+# "t.name = 'x"y'"), which is not JSON. It writes one key per line, so a value line is repaired
+# by escaping the quotes inside its string.
+_VALUE_LINE = re.compile(r'^(\s*"[^"\n]+": ")(.*)("(?:,)?)$', re.MULTILINE)
+
+
+def _escape_inner_quotes(match: re.Match[str]) -> str:
+    inner = re.sub(r'(?<!\\)"', r'\\"', match.group(2))
+    return f"{match.group(1)}{inner}{match.group(3)}"
+
+
+def plan_of(out: dict[str, Any]) -> Any:
+    """The EXPLAIN FORMAT=JSON plan, parsed: MariaDB's invalid JSON (above) repaired first."""
+    plan = json_plan(out)
+    if isinstance(plan, str):
+        try:
+            return json.loads(_VALUE_LINE.sub(_escape_inner_quotes, plan))
+        except ValueError:
+            return plan
+    return plan
 
 
 # -- catalogs ------------------------------------------------------------------------------------
@@ -877,7 +904,7 @@ class MySQL:
             return "ANALYZE FORMAT=JSON " if analyze else "EXPLAIN FORMAT=JSON "
         return "EXPLAIN ANALYZE " if analyze else "EXPLAIN FORMAT=JSON "
 
-    plan_of = staticmethod(json_plan)
+    plan_of = staticmethod(plan_of)
     translate = staticmethod(translate)
 
     # -- catalogs

@@ -27,7 +27,7 @@ from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, coll
 from backends.engines.catalog import Table, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan
 from backends.engines.profiling import Profiling
-from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
+from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, NotFound
 
 KINDS = {"table": "table", "view": "view", "virtual": "virtual_table"}
 _TYPES = {int: "integer", float: "real", str: "text", dict: "blob"}  # of encoded values
@@ -63,6 +63,7 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
 
     "interrupted" (the progress handler's deadline)   DeadlineExceeded
     "readonly" / "read-only"                          InvalidArgument (a write was refused)
+    "no such table"                                   NotFound naming it
     any other                                         InvalidArgument naming it (a local file: no secrets in it)
     """
     if not isinstance(exc, sqlite3.Error):
@@ -72,6 +73,8 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
         return DeadlineExceeded(f"the statement ran past its timeout of {timeout_ms} ms and was interrupted")
     if "readonly" in text or "read-only" in text:
         return InvalidArgument("the database refused to write: the connection is read-only")
+    if text.startswith("no such table"):
+        return NotFound(f"the database rejected the statement: {text}")
     return InvalidArgument(f"the database rejected the statement: {text}")
 
 

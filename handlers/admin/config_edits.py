@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
+from backends.engines import PROTOCOLS
 from gateway import sqlite
 from gateway.errors import InvalidArgument
 from gateway.store import ConfigStore
@@ -49,7 +50,7 @@ def password_source(stored: str | None) -> str:
 
 class TargetProfileIn(ToolInput):
     target_id: str = Field(min_length=1, max_length=64, description="Logical name clients route to.")
-    protocol: str | None = Field(default=None, description="mysql, pgsql or sqlite (required for a new target).")
+    protocol: str | None = Field(default=None, description=f"One of {', '.join(PROTOCOLS)} (required for a new target).")
     host: str | None = None
     port: int | None = Field(default=None, ge=0, le=65535, description="0: the protocol's default port.")
     database: str | None = Field(default=None, description="Database name, or the file path for sqlite.")
@@ -271,7 +272,15 @@ class ConfigEditTools:
 
     @tool("admin.upsert_target_profile", title="Add or change a target", read_only=False, destructive=True, idempotent=True)
     def upsert_target_profile(self, args: TargetProfileIn, ctx: CallContext) -> EditOut:
-        """Add a target profile or change the given fields of one, in the memory layer, validated as LOAD MCP PROFILES would."""
+        """Add a target profile or change the given fields of one, in the memory layer, validated as LOAD MCP PROFILES would.
+
+        A protocol no engine serves is refused here, naming the field and the known protocols."""
+        if args.protocol is not None and args.protocol not in PROTOCOLS:
+            with self.trail.audited(ctx, _db_values(args)):
+                raise InvalidArgument(
+                    f"protocol: {args.protocol!r} is not a protocol the gateway serves; expected one of {', '.join(PROTOCOLS)}",
+                    details={"field": "protocol", "expected": list(PROTOCOLS)},
+                )
         return self._edit(ctx, PROFILES, "mcp_target_profiles", args)
 
     @tool("admin.delete_target_profile", title="Delete a target", read_only=False, destructive=True, idempotent=True)

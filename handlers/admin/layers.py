@@ -44,6 +44,10 @@ class LayerOut(ToolOutput):
     changed: list[str] = Field(
         default_factory=list, description="Rows the verb changed in its destination layer: table/key (how)."
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="After a load: what serves but deserves a look (a target whose account can write, a skipped target and why).",
+    )
 
 
 class ReloadOut(ToolOutput):
@@ -105,7 +109,8 @@ class LayerTools:
     def _load(self, ctx: CallContext, module: ConfigModule) -> LayerOut:
         store = self.store
         changed = _changes(diff_rows(store, module), "memory_vs_runtime")
-        version = store.load_to_runtime(module.name)  # validates first: a ConfigError changes nothing
+        # validates first: a ConfigError changes nothing; the warnings are admin.sql's LOAD ... TO RUNTIME's
+        version, warnings = store.load_to_runtime_warning(module.name)
         applied, alive = workers.wait_applied(store, version)
         return LayerOut(
             module=module.name,
@@ -114,6 +119,7 @@ class LayerTools:
             workers_applied=applied,
             workers=alive,
             changed=changed,
+            warnings=warnings,
         )
 
     def _verb(self, ctx: CallContext, name: str, action: str) -> LayerOut:

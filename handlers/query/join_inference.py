@@ -7,6 +7,10 @@ when that name is specific (`customer_id` -> customers.customer_id, never plain 
 columns that only share a type are never proposed. The parent column must be a key (primary
 or unique), or, in a table that declares none, a column named like one.
 
+find_reference_candidates, asked about one column, also measures it against every key-like column
+of a compatible type when no name tells (`orders.buyer_ref` -> customers.id): such a candidate
+(signal name:none) is proposed only when its sampled values are contained in the key.
+
 confidence = min(0.95, base * (0.4 + 0.6 r) + 0.15 r) where base = name + type + key scores
 and r the share of sampled child values found in the parent column (value containment); an
 unmeasured r scores base * 0.85. Declared foreign keys are 1.0; only they reach it.
@@ -183,6 +187,56 @@ def inferred_candidates(
                     )
                 )  # fmt: skip
     return out
+
+
+VALUE_ONLY_BASE = 0.35  # no name signal: the evidence is the values (find_reference_candidates)
+VALUE_ONLY_MIN_OVERLAP = 0.9  # what a value-only candidate must show to be proposed
+KEY_LIKE_NAMES = frozenset({"id", "uuid", "key", "code", "pk"})
+
+
+def key_like_columns(parent: dict[str, Any]) -> list[tuple[dict[str, Any], bool]]:
+    """The columns of a table another column could reference, with whether each is a declared
+    key: its single-column keys, or, in a table that declares none, columns named like one
+    (id, uuid, code ..., <table>_id, <table>id, <table>_code)."""
+    keys, declared = keys_of(parent)
+    if declared:
+        return [(c, True) for c in parent["columns"] if c["name"] in keys]
+    stems = table_stems(parent["name"])
+    named = KEY_LIKE_NAMES | {f"{s}{sep}{k}" for s in stems for sep in ("_", "") for k in ("id", "code", "key", "uuid")}
+    return [(c, False) for c in parent["columns"] if c["name"].lower() in named]
+
+
+def value_candidates(
+    schema: str, child: dict[str, Any], column_name: str, parents: list[dict[str, Any]], facts: Profiling, *, skip: set[Any]
+) -> list[Candidate]:
+    """When names do not tell: one column against every key-like column of a compatible type in
+    the schema, to be measured by value containment (apply_overlap) and kept only if contained
+    (keep_value_candidate). Those of the same type family come first (the probe budget is finite)."""
+    column = next(c for c in child["columns"] if c["name"] == column_name)
+    out = []
+    for parent in parents:
+        for target, is_key in key_like_columns(parent):
+            if parent["name"] == child["name"] and target["name"] == column_name:
+                continue
+            t_score, compatible = type_score(column["type"] or "", target["type"] or "", facts)
+            if not compatible:
+                continue
+            candidate = Candidate(
+                schema, child["name"], [column_name], schema, parent["name"], [target["name"]], "inferred", 0.0,
+                {"signals": ["name:none", "type_compatible", "references_key" if is_key else "references_key_like_column"],
+                 "from_type": column["type"], "to_type": target["type"]},
+                VALUE_ONLY_BASE + t_score + (KEY_DECLARED if is_key else KEY_ASSUMED),
+            )  # fmt: skip
+            if candidate.key() not in skip:
+                candidate.confidence = confidence(candidate.base, None)
+                out.append(candidate)
+    return sorted(out, key=lambda c: -c.base)
+
+
+def keep_value_candidate(candidate: Candidate) -> bool:
+    """A value-only candidate stays only when its values were measured and found in the key."""
+    overlap = candidate.evidence.get("overlap_ratio")
+    return overlap is not None and overlap >= VALUE_ONLY_MIN_OVERLAP
 
 
 def strongest_per_column(candidates: list[Candidate]) -> list[Candidate]:

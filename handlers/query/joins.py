@@ -191,7 +191,9 @@ class JoinTools:
         """Rank the tables a column probably references (a declared foreign key first), with confidence, evidence and a ready ON clause.
 
         Same evidence as suggest_joins: name patterns against every table's keys, type
-        compatibility, and the share of the column's sampled values found in each key."""
+        compatibility, and the share of the column's sampled values found in each key. When no
+        name tells, the column's sampled values are checked against every key-like column of a
+        compatible type (signal name:none), and those that contain them are ranked by it."""
         started = time.monotonic()
         with self.readers.open(args.target_id, "find_reference_candidates") as (target, catalog):
             schema = default_schema(target, args.schema_)
@@ -210,7 +212,14 @@ class JoinTools:
         known = {c.key() for c in declared + recorded}
         inferred = infer.inferred_candidates(schema, child, parents, target.engine.profiling, only_column=args.column)
         inferred = infer.strongest_per_column([c for c in inferred if c.key() not in known])
-        complete = self._measure(ctx, target, inferred, "find_reference_candidates", self._deadline(ctx, target))
+        deadline = self._deadline(ctx, target)
+        complete = self._measure(ctx, target, inferred, "find_reference_candidates", deadline)
+        # Names that do not tell: the column's values against every key-like column of a compatible type.
+        by_values = infer.value_candidates(
+            schema, child, args.column, parents, target.engine.profiling, skip=known | {c.key() for c in inferred}
+        )
+        complete = self._measure(ctx, target, by_values, "find_reference_candidates", deadline) and complete
+        inferred += [c for c in by_values if infer.keep_value_candidate(c)]
         ranked = self._rank(declared, recorded, inferred, 0.0)
         return JoinsOut(
             target_id=target.target_id,

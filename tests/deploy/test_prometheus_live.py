@@ -297,3 +297,21 @@ def test_shipped_prometheus_config_scrapes_two_workers_and_fires_the_shipped_ale
                 live = exported_names(client.get("/metrics").text)
         unknown = {where: names - live for where, names in referenced_names().items()}
         assert not {where: names for where, names in unknown.items() if names}, unknown
+
+
+def test_a_fresh_gateway_exports_every_name_the_dashboard_and_alerts_use():
+    """Before any call, every family exists (zero-valued where it has no labels yet), on /metrics
+    and on the plain metrics port the shipped deployments scrape: a fresh deployment's panels show
+    0, not "No data", and absence-sensitive alerts do not misfire."""
+    plain = free_port()
+    with start_gateway(workers=2, variables={"mcp-metrics_port": plain}) as gw, gw.client() as client:
+        texts = {
+            "/metrics": client.get("/metrics").text,
+            "plain port": httpx.get(f"http://127.0.0.1:{plain}/metrics", timeout=5).text,
+        }
+    for where, text in texts.items():
+        live = {line.split()[0].split("{")[0] for line in text.splitlines() if line and not line.startswith("#")}
+        unknown = {place: names - live for place, names in referenced_names().items()}
+        assert not {place: names for place, names in unknown.items() if names}, (where, unknown)
+        # no zero where zero would be a false alarm: a certificate expiring at 1970, a handler down
+        assert "mcp_gateway_tls_certificate_not_after_seconds 0.0" not in text and "mcp_gateway_handler_up 0.0" not in text

@@ -23,6 +23,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -108,6 +109,7 @@ class JobManager:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-sync-write")
         self._embedders: dict[str, Any] = {}
         self._scheduler: threading.Thread | None = None
+        _MANAGERS.add(self)
 
     # -- starting ----------------------------------------------------------------------------
     def sources(self) -> dict[str, SourceSpec]:
@@ -353,6 +355,29 @@ class JobManager:
                 finally:
                     for lock in job.locks.values():
                         lock.release()
+
+
+# Managers a process stops when its interpreter exits (a `serve` that got SIGTERM while the demo
+# corpus or a `rag sync` builds in a thread): their jobs stop at the next batch, before
+# concurrent.futures joins its threads (which would wait for the whole sync, then fail it with
+# "cannot schedule new futures after interpreter shutdown"). The cursor is committed, so the
+# next start resumes. threading's exit hooks run last-registered first: this one runs first.
+_MANAGERS: weakref.WeakSet[JobManager] = weakref.WeakSet()
+EXIT_WAIT_S = 2.5  # `serve` exits at most 3.5 s after it stopped serving (gateway/cli.py)
+
+
+def _stop_at_exit() -> None:
+    managers = list(_MANAGERS)
+    for manager in managers:
+        manager.stop.set()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while time.monotonic() < deadline and any(
+        job.state == "running" for manager in managers for job in list(manager.jobs.values())
+    ):
+        time.sleep(0.05)
+
+
+threading._register_atexit(_stop_at_exit)  # type: ignore[attr-defined]
 
 
 def _epoch(text: str) -> float:

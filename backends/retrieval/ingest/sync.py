@@ -211,6 +211,7 @@ class SourceSync:
             for rows in reader.rows(cursor, self.options.batch_rows):
                 self.progress.rows_read += len(rows)
                 for batch in self._prepare(rows, cursor):
+                    self._stop_point()
                     cursor = batch.cursor
                     self._write(batch)
             return
@@ -228,10 +229,10 @@ class SourceSync:
                     break
                 if isinstance(item, _ReaderFailed):
                     raise item.exc
-                if self.stop.is_set():
-                    raise Unavailable(f"sync of {self.spec.name!r} stopped: the gateway is shutting down")
+                self._stop_point()
                 self.progress.rows_read += len(item)
                 for batch in self._prepare(item, cursor):
+                    self._stop_point()  # also between write batches: a read batch can take many seconds to embed
                     cursor = batch.cursor
                     if pending is not None:
                         pending.result()  # one write in flight: order kept, errors surface here
@@ -268,6 +269,11 @@ class SourceSync:
             except queue.Full:
                 continue
         return False
+
+    def _stop_point(self) -> None:
+        """Where a sync stops when the gateway shuts down: the cursor of what is written is committed."""
+        if self.stop.is_set():
+            raise Unavailable(f"sync of {self.spec.name!r} stopped: the gateway is shutting down")
 
     def _prepare(self, rows: list[dict[str, Any]], cursor: dict[str, Any] | None) -> Iterator[_Batch]:
         """Rows -> documents with chunks, embedding the chunks whose text is not stored yet.
