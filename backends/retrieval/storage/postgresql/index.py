@@ -7,11 +7,8 @@ and pgvector's iterative index scan (hnsw.iterative_scan, 0.8+) keeps walking th
 rows pass the filter (or hnsw.max_scan_tuples is reached: then `nearest` says it came back short).
 
 Every instance of a cluster opens the same database: a sync through one is searchable through
-all as soon as it commits. Connections come from a BoundedPool (backends/pools.py), the pool
-policy of the targets: a connection is opened by the call that needs one, when it needs it, so
-after a PostgreSQL restart the calls in the gap fail UNAVAILABLE and the next call that finds the
-server back gets a new connection at once (psycopg_pool reconnected in the background with a
-doubling backoff, which kept the index dark seconds after its server was back).
+all as soon as it commits. Connections come from a psycopg_pool; a PostgreSQL restart makes the
+calls in the gap fail UNAVAILABLE and the pool reconnects by itself.
 """
 
 from __future__ import annotations
@@ -29,8 +26,8 @@ import psycopg
 from pgvector import HalfVector, Vector
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from backends.pools import BoundedPool, Health, PoolClosed, PoolTimeout
 from backends.retrieval.storage.postgresql.fts import TermStats
 from backends.retrieval.storage.postgresql.ingest import PgExec, PgSourceLock, held_sync_jobs, pg_where
 from backends.retrieval.storage.records import (
@@ -60,8 +57,6 @@ RESCORE_MIN = 20
 EXACT_SCAN_MAX = 300
 HNSW_EF_SEARCH_MIN = 128  # the graph search keeps at least this many (200k: recall@10 0.929 at 64, 0.982 at 128, 8.0 ms p50)
 POOL_TIMEOUT_S = 1.0  # a call in a PostgreSQL outage fails UNAVAILABLE this soon, well inside rag-timeout_ms
-CONNECT_TIMEOUT_S = 3
-APPLICATION_NAME = "mcp-gateway-rag"
 SCHEMA_LOCK_KEY = 0x7261_6770_675F_6964  # pg_advisory_xact_lock: instances creating the schema at once
 # rag_chunks' columns as the insert's binary COPY writes them.
 COPY_TYPES = ("text", "text", "int8", "int4", "text", "text", "text", "text", "text", "float8", "int4", "text", "vector")
@@ -145,10 +140,17 @@ class PgRagIndex:
         self._wrap_index = HNSW_TYPES[hnsw_type][2]  # the query as the index's type
         self._hnsw = hnsw_expr(dim, hnsw_type)
         self.term_stats = TermStats()  # BM25's corpus figures, shared by this process's searches
-        # Every checkout is checked (idle_check_s 0: `_check`, one round trip that also clears a
-        # search's statement_timeout), except a reading_connection's, whose first statement is the check.
-        self.health = Health(idle_check_s=0.0)
-        self.pool = BoundedPool(self._connect, self._check, self.health, max_size=pool_max, timeout_s=POOL_TIMEOUT_S)
+        self.pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_max,
+            timeout=POOL_TIMEOUT_S,
+            kwargs={"connect_timeout": 3, "application_name": "mcp-gateway-rag"},
+            configure=_configure_session,
+            check=self._check,  # a connection from before a restart is replaced, not handed out
+            open=False,
+            name="rag-index",
+        )
         self._unchecked = threading.local()  # set while a reading_connection caller asks the pool
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -156,6 +158,7 @@ class PgRagIndex:
     def open(cls, dsn: str, *, embedding_model_id: str, dim: int, hnsw_type: str = "halfvec") -> PgRagIndex:
         """Create or open the index and check the embedding model, as RagIndex.open does."""
         index = cls(dsn, embedding_model_id=embedding_model_id, dim=dim, hnsw_type=hnsw_type)
+        index.pool.open(wait=False)
         try:
             index._prepare_schema()
         except BaseException:
@@ -174,15 +177,10 @@ class PgRagIndex:
         with self._unavailable_as_error():
             conn = self.pool.getconn()
             try:
-                yield conn
-            except BaseException:
-                with contextlib.suppress(Exception):  # a dead connection: the caller's error is the one to see
-                    conn.rollback()
-                raise
-            else:
-                conn.commit()
+                with conn:  # commit, or roll back on an error, as psycopg_pool's connection() does
+                    yield conn
             finally:
-                self._put_back(conn)
+                self.pool.putconn(conn)
 
     @contextlib.contextmanager
     def reading_connection(self, first: Callable[[psycopg.Connection], None]) -> Iterator[psycopg.Connection]:
@@ -204,21 +202,20 @@ class PgRagIndex:
     def _unavailable_as_error(self) -> Iterator[None]:
         try:
             yield
-        except PoolTimeout as exc:
+        except PoolTimeout as exc:  # an OperationalError too: first
             raise Unavailable("no connection to the RAG index database within 1 s; retry shortly") from exc
-        except PoolClosed as exc:
-            raise Unavailable("the RAG index is closing") from exc
         except psycopg.OperationalError as exc:  # AdminShutdown is one
             raise Unavailable(f"the RAG index database is unreachable ({type(exc).__name__}); retry shortly") from exc
 
     def _getconn(self, first: Callable[[psycopg.Connection], None]) -> psycopg.Connection:
         """A connection in autocommit that `first` ran on. One failing it for being broken (left
-        over from a restart) is dropped and the next taken at once, within POOL_TIMEOUT_S."""
+        over from a restart) is dropped and the next taken at once; psycopg_pool's own check loop
+        would wait a second before the next, past POOL_TIMEOUT_S, failing the call."""
         deadline = time.monotonic() + POOL_TIMEOUT_S
         self._unchecked.active = True
         try:
             while True:
-                conn = self.pool.getconn()
+                conn = self.pool.getconn(max(0.0, deadline - time.monotonic()))
                 try:
                     conn.autocommit = True
                     first(conn)
@@ -228,8 +225,6 @@ class PgRagIndex:
                     self._put_back_reading(conn)  # never lost; a broken one is discarded and another opened
                     if not (broken and isinstance(exc, psycopg.OperationalError)):
                         raise  # the statement failed, not the connection: the caller's error
-                    if time.monotonic() >= deadline:
-                        raise PoolTimeout() from exc
         finally:
             self._unchecked.active = False
 
@@ -238,33 +233,7 @@ class PgRagIndex:
         other callers expect (client-side only: no transaction is open; a broken one is discarded)."""
         if not (conn.broken or conn.closed):
             conn.autocommit = False
-        self._put_back(conn)
-
-    def _connect(self) -> psycopg.Connection:
-        """A new connection for the pool: read-write (the index is written through it), with the
-        graph search's session settings."""
-        conn = psycopg.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT_S, application_name=APPLICATION_NAME)
-        try:
-            _configure_session(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _put_back(self, conn: psycopg.Connection) -> None:
-        """Back to the pool idle (what the pool's policy asks: no open transaction); a broken
-        connection, or one that cannot roll back, is discarded and the pool opens another."""
-        broken = conn.broken or conn.closed
-        if not broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            try:
-                conn.rollback()
-            except psycopg.Error:
-                broken = True
-        if broken:
-            self.health.connection_died()
-            self.pool.discard(conn)
-        else:
-            self.pool.putconn(conn)
+        self.pool.putconn(conn)
 
     def _check(self, conn: psycopg.Connection) -> None:
         """The pool's liveness check, run in the thread asking for a connection: one round trip
