@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway import __version__
+from gateway.call import Caller
 from gateway.errors import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -67,6 +68,7 @@ class Envelope(NamedTuple):  # a tuple: built once per request, cheaper than a f
     headers: Mapping[bytes, bytes]  # as the ASGI scope has them: names lowercased, not decoded
     client: str
     token: str = ""  # the bearer token the caller was admitted with
+    caller: Caller | None = None  # who an OAuth access token names (None: a static token)
 
 
 def _b64_header(value: str | None) -> str | None:
@@ -271,6 +273,7 @@ class Dispatcher:
             protocol_version=version,
             client=env.client,
             token_fingerprint=fingerprint(env.token) if env.token else "",
+            caller=env.caller,
         )
         return await handler.execute_tool(spec, arguments, ctx)
 
