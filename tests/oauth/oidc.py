@@ -37,7 +37,7 @@ PACKAGE = "oidc-provider@9"
 SCRIPT = Path(__file__).with_name("oidc_provider.mjs")
 CLIENT_ID = "gw-test-client"
 REDIRECT_URI = "http://127.0.0.1:1/callback"  # never served: the code is read from the redirect
-SCOPES = ["mcp:config", "mcp:query", "mcp:admin", "mcp:cache", "mcp:stats", "mcp:ai", "mcp:rag", "mcp:sql"]
+SCOPES = ["mcp:config", "mcp:query", "mcp:admin", "mcp:cache", "mcp:stats", "mcp:ai", "mcp:rag", "mcp:sql", "mcp:write"]
 USERS = {
     "alice": {"email": "alice@example.test", "tenant": "north", "groups": ["analysts"]},
     "bob": {"email": "bob@example.test", "tenant": "south", "groups": ["interns"]},
@@ -74,7 +74,9 @@ class OidcProvider:
     kid: str
     process: subprocess.Popen[bytes] = field(repr=False)
 
-    def mint(self, claims: dict[str, Any], *, headers: dict[str, Any] | None = None, key: Any = None, algorithm: str = "RS256") -> str:
+    def mint(
+        self, claims: dict[str, Any], *, headers: dict[str, Any] | None = None, key: Any = None, algorithm: str = "RS256"
+    ) -> str:
         """A token signed with the provider's key (or `key`): the attack matrix's raw material."""
         now = int(time.time())
         body = {"iss": self.issuer, "sub": "alice", "iat": now, "exp": now + 300, "jti": secrets.token_hex(8), **claims}
@@ -156,7 +158,9 @@ def start_oidc_provider() -> Iterator[OidcProvider]:
         shutil.copyfile(SCRIPT, script)
         log_path = Path(tmp) / "oidc.log"
         with open(log_path, "wb") as log_file:
-            process = subprocess.Popen(["node", str(script), str(config_path)], cwd=CACHE, stdout=log_file, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                ["node", str(script), str(config_path)], cwd=CACHE, stdout=log_file, stderr=subprocess.STDOUT
+            )
         try:
             deadline = time.monotonic() + 30
             while b"READY" not in log_path.read_bytes():
