@@ -139,7 +139,8 @@ CREATE TABLE IF NOT EXISTS mcp_query_rules (
     log                  INTEGER,
     apply                INTEGER NOT NULL DEFAULT 0,
     comment              TEXT,
-    cache_ttl            INTEGER   -- ms the result of a matched statement is cached; 0: never; NULL: the target's cache_ttl_ms
+    cache_ttl            INTEGER,  -- ms the result of a matched statement is cached; 0: never; NULL: the target's cache_ttl_ms
+    caller               TEXT      -- who is asking (an OAuth caller): its subject, or claim=value (a list claim: one of its values)
 );
 CREATE TABLE IF NOT EXISTS runtime_mcp_query_rules (
     rule_id              INTEGER PRIMARY KEY NOT NULL,
@@ -160,7 +161,8 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_query_rules (
     log                  INTEGER,
     apply                INTEGER NOT NULL DEFAULT 0,
     comment              TEXT,
-    cache_ttl            INTEGER
+    cache_ttl            INTEGER,
+    caller               TEXT
 );
 -- Hits per rule and route, aggregated across workers (each flushes its deltas at most once a second).
 CREATE TABLE IF NOT EXISTS stats_mcp_query_rules (
@@ -463,7 +465,8 @@ CREATE TABLE IF NOT EXISTS mcp_audit_log (
     before            TEXT,                        -- JSON: the value(s) the change replaced
     after             TEXT,                        -- JSON: the value(s) it left
     outcome           TEXT NOT NULL,               -- ok, or the error code
-    message           TEXT NOT NULL DEFAULT ''
+    message           TEXT NOT NULL DEFAULT '',
+    subject           TEXT NOT NULL DEFAULT ''     -- who an OAuth access token named ('' for a static token)
 );
 CREATE INDEX IF NOT EXISTS mcp_audit_log_at ON mcp_audit_log (at);
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import zlib
 from dataclasses import dataclass
@@ -101,6 +102,35 @@ class Prepared:
     cache_ttl_ms: int = 0  # 0: not cached
     cache_mode: str = "use"
     cache_key: str | None = None  # None: the cache is not consulted nor filled
+    identity: dict[str, str] | None = None  # transaction-local settings from the caller (mcp-oauth_db_settings)
+
+
+DB_SETTINGS = "mcp-oauth_db_settings"  # declared with the OAuth variables (gateway.variables)
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_.]*")
+_identity_specs: tuple[object, tuple[tuple[str, str], ...]] = (None, ())
+
+
+def identity_settings(ctx: CallContext) -> dict[str, str] | None:
+    """The caller's identity as the database settings mcp-oauth_db_settings names
+    (`app.user_id=sub, app.tenant=tenant`): a claim's value for an OAuth caller, '' for a static
+    token (so policies keyed on them see no user). None when none are configured."""
+    global _identity_specs
+    runtime = ctx.runtime
+    items = runtime.variables[DB_SETTINGS]
+    if not items:
+        return None
+    if _identity_specs[0] is not items:
+        specs = []
+        for item in items:
+            name, _, claim = item.partition("=")
+            name, claim = name.strip(), claim.strip() or "sub"
+            if not _SETTING_NAME.fullmatch(name):
+                raise Unavailable(f"{DB_SETTINGS}: {name!r} is no custom setting name (like app.user_id)")
+            specs.append((name, claim))
+        _identity_specs = (items, tuple(specs))
+    caller = ctx.caller
+    oauth = caller.admitted == "oauth"
+    return {name: caller.claim(claim) if oauth else "" for name, claim in _identity_specs[1]}
 
 
 class ReadOnlySql:
@@ -164,16 +194,18 @@ class ReadOnlySql:
             target_id=target.target_id,
             schemaname=schema or target.default_schema,
             tool_name=tool_name,
+            caller=ctx.caller,
         )
         if outcome.matched:
             self.rule_hits.count(outcome.matched, username=target.username, target_id=target.target_id)
         if outcome.log:
             log.info(
-                "query rule match: rules=%s tool=%s target=%s user=%s",
+                "query rule match: rules=%s tool=%s target=%s user=%s caller=%s",
                 outcome.matched,
                 tool_name,
                 target.target_id,
                 target.username,
+                ctx.caller.subject or ctx.token_fingerprint,
             )
         if outcome.error_msg is not None:
             self._refused(ctx, tool_name, sql)
@@ -182,6 +214,8 @@ class ReadOnlySql:
         timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
         stats: dict[str, Any] = {"max_rows": rows_cap, "max_bytes": max_bytes, "timeout_ms": timeout, "rules": outcome.matched}
         prepared = Prepared(tool_name=tool_name, target=target, schema=schema, started=started, stats=stats, explain=explain)
+        if getattr(target.engine, "local_settings", False):
+            prepared.identity = identity_settings(ctx)
         if outcome.ok_msg is not None:
             prepared.message = outcome.ok_msg
             return prepared
@@ -199,8 +233,11 @@ class ReadOnlySql:
             prepared.cache_ttl_ms, prepared.cache_mode = ttl, cache
             stats["cache"] = {"use": "miss", "bypass": "bypass", "refresh": "refresh"}[cache]
             if cache != "bypass":
+                fingerprint = self.cache.fingerprint(ctx.runtime, target.target_id)
+                if prepared.identity:  # the rows depend on who asks (row-level security): one entry per identity
+                    fingerprint += "|" + json.dumps(prepared.identity, sort_keys=True)
                 prepared.cache_key = cache_key(
-                    target_id=target.target_id, fingerprint=self.cache.fingerprint(ctx.runtime, target.target_id),
+                    target_id=target.target_id, fingerprint=fingerprint,
                     schema=schema or "", sql=checked.sql, max_rows=rows_cap, max_bytes=max_bytes,
                 )  # fmt: skip
         return prepared
@@ -235,10 +272,16 @@ class ReadOnlySql:
             text = engine.explain_prefix(conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
             db_started = time.perf_counter()
             try:
-                result = engine.execute(
-                    conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
-                    max_bytes=stats["max_bytes"], schema=prepared.schema,
-                )  # fmt: skip
+                if prepared.identity and getattr(engine, "local_settings", False):
+                    result = engine.execute(
+                        conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+                        max_bytes=stats["max_bytes"], schema=prepared.schema, settings=prepared.identity,
+                    )  # fmt: skip
+                else:
+                    result = engine.execute(
+                        conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+                        max_bytes=stats["max_bytes"], schema=prepared.schema,
+                    )  # fmt: skip
             finally:
                 elapsed_us = (time.perf_counter() - db_started) * 1e6
                 stats["digest"] = self._record(prepared, elapsed_us)
@@ -295,7 +338,7 @@ class ReadOnlySql:
                 "sql_refused",
                 endpoint=ctx.endpoint,
                 tool=tool_name,
-                token_fp=ctx.token_fingerprint,
+                token_fp=ctx.caller.evidence_key or ctx.token_fingerprint,
                 digest=digest_of(text),
                 text=text,
             )

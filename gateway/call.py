@@ -31,6 +31,12 @@ class Caller:
     scopes: frozenset[str] = frozenset()
     admitted: str = "static"
 
+    @property
+    def evidence_key(self) -> str:
+        """Who the traffic evidence (/mcp/ai's anomalies) counts a call under: `sub:<subject>` for
+        an OAuth caller (one user, whichever token), "" for a static token (its fingerprint)."""
+        return f"sub:{self.subject}" if self.subject else ""
+
     def claim(self, name: str) -> str:
         """A carried claim's value ("sub" is the subject), "" when absent."""
         if name == "sub":

@@ -305,6 +305,14 @@ OAUTH_VARIABLES: tuple[Variable, ...] = (
         minimum=100,
         maximum=30000,
     ),
+    _v(
+        "mcp-oauth_db_settings",
+        "list",
+        "",
+        "The caller's identity as PostgreSQL settings, as setting=claim items (e.g. app.user_id=sub, app.tenant=tenant): "
+        "set with set_config(..., true) inside each statement's read-only transaction (values bound) for row-level "
+        "security policies to read with current_setting(); '' for static-token callers. Results are cached per identity.",
+    ),
     _v("mcp-oauth_max_token_bytes", "int", 8192, "Largest access token accepted.", minimum=512, maximum=65536),
 )
 

@@ -258,7 +258,14 @@ def _pg_type_name(conn: psycopg.Connection, oid: int) -> str:
 
 
 def _run_pgsql(
-    conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    conn: psycopg.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    settings: Mapping[str, str] | None = None,
 ) -> tuple:
     if schema and "\x00" in schema:
         raise InvalidArgument("a schema name cannot contain a NUL character")
@@ -266,6 +273,10 @@ def _run_pgsql(
         conn.rollback()
     run = _pg_pipelined if _PG_PIPELINE else _pg_three_trips
     try:
+        if settings:
+            return _pg_three_trips(
+                conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, settings=settings
+            )
         return run(conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
     except psycopg.Error as exc:
         raise translate(exc, timeout_ms=timeout_ms) from exc
@@ -520,9 +531,21 @@ def _pg_setup(conn: psycopg.Connection, timeout_ms: int, schema: str | None) -> 
 
 
 def _pg_three_trips(
-    conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    conn: psycopg.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    settings: Mapping[str, str] | None = None,
 ) -> tuple:
     _pg_exec(conn, _pg_setup(conn, timeout_ms, schema))
+    if settings:  # inside the read-only transaction, transaction-local, every name and value bound
+        names = list(settings)
+        query = "SELECT " + ", ".join("pg_catalog.set_config(%s, %s, true)" for _ in names)
+        with conn.cursor() as cur:
+            cur.execute(query, [item for name in names for item in (name, settings[name])])
     with conn.cursor() as cur:
         # stream() always uses the extended protocol (Parse takes exactly one statement)
         # and hands rows over one by one, so rows past the caps are never held.
@@ -1124,9 +1147,31 @@ class PostgreSQL:
     # -- read-only execution
     @staticmethod
     def execute(
-        conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None = None
+        conn: psycopg.Connection,
+        sql: str,
+        *,
+        timeout_ms: int,
+        max_rows: int,
+        max_bytes: int,
+        schema: str | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> ResultSet:
-        return timed_run(_run_pgsql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+        """`settings`: custom settings (app.user_id...) set transaction-locally inside the
+        read-only transaction, names and values bound (set_config(..., true)): row-level security
+        policies read them with current_setting(); they end with the transaction, so a pooled
+        session never carries them into the next call."""
+        return timed_run(
+            _run_pgsql,
+            conn,
+            sql,
+            timeout_ms=timeout_ms,
+            max_rows=max_rows,
+            max_bytes=max_bytes,
+            schema=schema,
+            settings=settings or None,
+        )
+
+    local_settings = True  # execute() takes `settings` (backends/sql.py: the caller's identity)
 
     @staticmethod
     def explain_prefix(conn: psycopg.Connection, *, analyze: bool) -> str:
