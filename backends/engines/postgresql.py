@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import hmac
 import itertools
@@ -1160,16 +1161,10 @@ class PostgreSQL:
         read-only transaction, names and values bound (set_config(..., true)): row-level security
         policies read them with current_setting(); they end with the transaction, so a pooled
         session never carries them into the next call."""
-        return timed_run(
-            _run_pgsql,
-            conn,
-            sql,
-            timeout_ms=timeout_ms,
-            max_rows=max_rows,
-            max_bytes=max_bytes,
-            schema=schema,
-            settings=settings or None,
-        )
+        if settings:
+            run = functools.partial(_run_pgsql, settings=settings)
+            return timed_run(run, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+        return timed_run(_run_pgsql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
 
     local_settings = True  # execute() takes `settings` (backends/sql.py: the caller's identity)
 

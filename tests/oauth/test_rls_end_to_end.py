@@ -1,0 +1,141 @@
+"""Row-level security end to end: two users of /mcp/query, one PostgreSQL table, RLS policies
+keyed on the caller's subject, which the gateway sets transaction-locally from the validated
+access token (mcp-oauth_db_settings = app.user_id=sub) inside each read-only transaction.
+
+The target's account is an ordinary role (superusers and BYPASSRLS roles skip RLS; the table
+has FORCE ROW LEVEL SECURITY). 1,000 interleaved calls from both users on a 2-worker gateway,
+8 at a time, never see the other's rows: a pooled session carries nothing over. With the result
+cache on for the target, each user is served their own cached rows. A static token (no user)
+sees no row. The README's worked example is this setup.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from server_process import GatewayProcess, call_tool, rpc_body, start_gateway
+
+from oauth.oidc import OidcProvider, start_oidc_provider
+
+TARGET = "notes_db"
+SQL = "SELECT owner, body FROM notes ORDER BY body"
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[OidcProvider]:
+    with start_oidc_provider() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def rls_db(postgres_db: dict) -> Iterator[dict[str, Any]]:
+    role, password = f"mcpgw_rls_{secrets.token_hex(4)}", secrets.token_hex(12)
+    with psycopg.connect(**postgres_db, autocommit=True) as pg:
+        pg.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}' NOSUPERUSER NOBYPASSRLS")
+        pg.execute("CREATE TABLE notes (owner text NOT NULL, body text NOT NULL)")
+        pg.execute("INSERT INTO notes SELECT u, u || '-note-' || i FROM unnest(ARRAY['alice', 'bob']) u, generate_series(1, 5) i")
+        pg.execute("ALTER TABLE notes ENABLE ROW LEVEL SECURITY")
+        pg.execute("ALTER TABLE notes FORCE ROW LEVEL SECURITY")
+        pg.execute("CREATE POLICY notes_owner ON notes FOR SELECT USING (owner = current_setting('app.user_id', true))")
+        pg.execute(f"GRANT SELECT ON notes TO {role}")
+    try:
+        yield {**postgres_db, "role": role, "password": password}
+    finally:
+        with psycopg.connect(**postgres_db, autocommit=True) as pg:
+            pg.execute("DROP TABLE IF EXISTS notes")
+            pg.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _admin(gateway: GatewayProcess, http: httpx.Client, statement: str) -> dict[str, Any]:
+    result = call_tool(http, gateway, "admin", "admin.sql", {"statement": statement})
+    assert result["isError"] is False, result
+    return result["structuredContent"]
+
+
+@pytest.fixture(scope="module")
+def gateway(provider: OidcProvider, rls_db: dict[str, Any]) -> Iterator[GatewayProcess]:
+    variables = {"mcp-oauth_issuer": provider.issuer, "mcp-oauth_db_settings": "app.user_id=sub"}
+    with start_gateway(workers=2, variables=variables) as process, process.client() as http:
+        _admin(
+            process,
+            http,
+            "INSERT INTO mcp_auth_profiles (auth_profile_id, db_username, db_password) "
+            f"VALUES ('rls', '{rls_db['role']}', '{rls_db['password']}')",
+        )
+        _admin(
+            process,
+            http,
+            "INSERT INTO mcp_target_profiles (target_id, protocol, host, port, database, auth_profile_id, cache_ttl_ms) "
+            f"VALUES ('{TARGET}', 'pgsql', '127.0.0.1', {rls_db['port']}, '{rls_db['dbname']}', 'rls', 60000)",
+        )
+        assert _admin(process, http, "LOAD MCP PROFILES TO RUNTIME")["ok"] is True
+        deadline = time.monotonic() + 10
+        while not call_tool(http, process, "query", "list_targets", {})["structuredContent"]["targets"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        yield process
+
+
+def _run(http: httpx.Client, token: str, cache: str = "bypass") -> dict[str, Any]:
+    body = rpc_body("tools/call", {"name": "run_sql_readonly", "arguments": {"sql": SQL, "target_id": TARGET, "cache": cache}})
+    answer = http.post(
+        "/mcp/query", json=body, headers={"Authorization": f"Bearer {token}", "MCP-Protocol-Version": "2025-06-18"}
+    )
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert result["isError"] is False, result
+    return result["structuredContent"]
+
+
+def _owners(result: dict[str, Any]) -> set[str]:
+    return {row[0] for row in result["rows"]}
+
+
+def test_each_user_sees_their_rows(gateway: GatewayProcess, provider: OidcProvider) -> None:
+    alice = provider.token("alice", gateway.url("query"), "mcp:query")
+    bob = provider.token("bob", gateway.url("query"), "mcp:query")
+    with gateway.client() as http:
+        assert _owners(_run(http, alice)) == {"alice"} and _run(http, alice)["row_count"] == 5
+        assert _owners(_run(http, bob)) == {"bob"}
+        assert _run(http, gateway.tokens["query"])["rows"] == []  # a static token names no user
+
+
+def test_interleaved_calls_never_leak(gateway: GatewayProcess, provider: OidcProvider) -> None:
+    tokens = {user: provider.token(user, gateway.url("query"), "mcp:query") for user in ("alice", "bob")}
+    clients = [gateway.client(headers={"Connection": "close"} if i % 4 == 0 else {}) for i in range(8)]
+
+    def one(i: int) -> tuple[str, set[str]]:
+        user = ("alice", "bob")[i % 2]
+        return user, _owners(_run(clients[i % 8], tokens[user]))
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            seen = list(pool.map(one, range(1000)))
+    finally:
+        for client in clients:
+            client.close()
+    leaks = [(user, owners) for user, owners in seen if owners != {user}]
+    assert not leaks, leaks[:5]
+
+
+def test_the_cache_is_keyed_by_identity(gateway: GatewayProcess, provider: OidcProvider) -> None:
+    alice = provider.token("alice", gateway.url("query"), "mcp:query")
+    bob = provider.token("bob", gateway.url("query"), "mcp:query")
+    with gateway.client() as http:
+        first = _run(http, alice, cache="refresh")
+        assert _owners(first) == {"alice"}
+        from_bob = _run(http, bob, cache="use")
+        assert _owners(from_bob) == {"bob"}, from_bob
+        states = set()
+        for _ in range(4):
+            again = _run(http, alice, cache="use")
+            assert _owners(again) == {"alice"}
+            states.add(again["stats"]["cache"])
+        assert "hit" in states, states  # the cache does serve alice her own rows
