@@ -273,9 +273,9 @@ class ReadOnlySql:
             db_started = time.perf_counter()
             try:
                 if prepared.identity and getattr(engine, "local_settings", False):
-                    result = engine.execute(
-                        conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
-                        max_bytes=stats["max_bytes"], schema=prepared.schema, settings=prepared.identity,
+                    result = engine.execute_with_settings(  # type: ignore[attr-defined]
+                        conn, text, prepared.identity, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+                        max_bytes=stats["max_bytes"], schema=prepared.schema,
                     )  # fmt: skip
                 else:
                     result = engine.execute(

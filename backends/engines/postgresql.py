@@ -275,9 +275,7 @@ def _run_pgsql(
     run = _pg_pipelined if _PG_PIPELINE else _pg_three_trips
     try:
         if settings:
-            return _pg_three_trips(
-                conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, settings=settings
-            )
+            return run(conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, settings=settings)
         return run(conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
     except psycopg.Error as exc:
         raise translate(exc, timeout_ms=timeout_ms) from exc
@@ -406,14 +404,28 @@ class _PgRows:
 
 
 def _pg_pipelined(
-    conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    conn: psycopg.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    settings: Mapping[str, str] | None = None,
 ) -> tuple:
     encoding = conn.info.encoding
+    extra = settings
     try:
         text = sql.encode(encoding)
         settings, params = _PG_SETTINGS, [str(timeout_ms).encode()]
         if schema:
             settings, params = _PG_SETTINGS_SCHEMA, [*params, schema.encode(encoding)]
+        if extra:  # the caller's identity, in the same transaction-local SELECT: names and values bound
+            first = len(params) + 1
+            settings += b"".join(
+                b", pg_catalog.set_config($%d, $%d, true)" % (first + 2 * i, first + 2 * i + 1) for i in range(len(extra))
+            )
+            params = [*params, *(item.encode(encoding) for pair in extra.items() for item in pair)]
     except UnicodeEncodeError:
         raise InvalidArgument(
             f"the statement or schema has characters the database's encoding ({encoding}) cannot hold"
@@ -1148,25 +1160,29 @@ class PostgreSQL:
     # -- read-only execution
     @staticmethod
     def execute(
+        conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None = None
+    ) -> ResultSet:
+        return timed_run(_run_pgsql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+
+    @staticmethod
+    def execute_with_settings(
         conn: psycopg.Connection,
         sql: str,
+        settings: Mapping[str, str],
         *,
         timeout_ms: int,
         max_rows: int,
         max_bytes: int,
         schema: str | None = None,
-        settings: Mapping[str, str] | None = None,
     ) -> ResultSet:
-        """`settings`: custom settings (app.user_id...) set transaction-locally inside the
+        """`execute`, with custom settings (app.user_id...) set transaction-locally inside the
         read-only transaction, names and values bound (set_config(..., true)): row-level security
         policies read them with current_setting(); they end with the transaction, so a pooled
-        session never carries them into the next call."""
-        if settings:
-            run = functools.partial(_run_pgsql, settings=settings)
-            return timed_run(run, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
-        return timed_run(_run_pgsql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
+        session never carries them into the next call (backends/sql.py: the caller's identity)."""
+        run = functools.partial(_run_pgsql, settings=settings)
+        return timed_run(run, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
 
-    local_settings = True  # execute() takes `settings` (backends/sql.py: the caller's identity)
+    local_settings = True  # has execute_with_settings
 
     @staticmethod
     def explain_prefix(conn: psycopg.Connection, *, analyze: bool) -> str:
