@@ -1185,6 +1185,24 @@ class PostgreSQL:
     local_settings = True  # has execute_with_settings
 
     @staticmethod
+    @contextlib.contextmanager
+    def settings_scope(conn: psycopg.Connection, settings: Mapping[str, str]) -> Iterator[None]:
+        """A read-only transaction holding `settings` (set_config(..., true), bound) for reads
+        outside `execute` (rag.fetch_from_source); rolled back at the end, whatever happened."""
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        conn.execute("BEGIN READ ONLY")
+        try:
+            names = list(settings)
+            conn.execute(
+                "SELECT " + ", ".join("pg_catalog.set_config(%s, %s, true)" for _ in names),
+                [item for name in names for item in (name, settings[name])],
+            )
+            yield
+        finally:
+            _pg_end(conn)
+
+    @staticmethod
     def explain_prefix(conn: psycopg.Connection, *, analyze: bool) -> str:
         return "EXPLAIN (ANALYZE, FORMAT JSON) " if analyze else "EXPLAIN (FORMAT JSON) "
 

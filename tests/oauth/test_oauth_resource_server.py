@@ -27,15 +27,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from server_process import GatewayProcess, call_tool, rpc_body, start_gateway
 
-from oauth.oidc import REDIRECT_URI, OidcProvider, start_oidc_provider
+from oauth.oidc import REDIRECT_URI, OidcProvider
 
 PAGE_SIZE = "mcp-tools_page_size"  # what the attack matrix's call would change
-
-
-@pytest.fixture(scope="module")
-def provider() -> Iterator[OidcProvider]:
-    with start_oidc_provider() as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,39 @@
+"""Fixtures of the OAuth tests: a real OpenID provider (tests/oauth/oidc.py) and a PostgreSQL
+table under row-level security keyed on current_setting('app.user_id')."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from oauth.oidc import OidcProvider, start_oidc_provider
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[OidcProvider]:
+    with start_oidc_provider() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def rls_db(postgres_db: dict) -> Iterator[dict[str, Any]]:
+    role, password = f"mcpgw_rls_{secrets.token_hex(4)}", secrets.token_hex(12)
+    with psycopg.connect(**postgres_db, autocommit=True) as pg:
+        pg.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}' NOSUPERUSER NOBYPASSRLS")
+        pg.execute("CREATE TABLE notes (id serial PRIMARY KEY, owner text NOT NULL, body text NOT NULL)")
+        pg.execute("INSERT INTO notes (owner, body) SELECT 'alice', 'alice-note-' || i FROM generate_series(1, 5) i")
+        pg.execute("INSERT INTO notes (owner, body) SELECT 'bob', 'bob-note-' || i FROM generate_series(1, 3) i")
+        pg.execute("ALTER TABLE notes ENABLE ROW LEVEL SECURITY")
+        pg.execute("ALTER TABLE notes FORCE ROW LEVEL SECURITY")
+        pg.execute("CREATE POLICY notes_owner ON notes FOR SELECT USING (owner = current_setting('app.user_id', true))")
+        pg.execute(f"GRANT SELECT ON notes TO {role}")
+    try:
+        yield {**postgres_db, "role": role, "password": password}
+    finally:
+        with psycopg.connect(**postgres_db, autocommit=True) as pg:
+            pg.execute("DROP TABLE IF EXISTS notes")
+            pg.execute(f"DROP ROLE IF EXISTS {role}")
