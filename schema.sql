@@ -87,6 +87,25 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_target_profiles (
     skip_reason     TEXT NOT NULL DEFAULT '',
     privilege_warnings TEXT NOT NULL DEFAULT '[]' -- JSON list: what the account can do beyond reading
 );
+-- Per-user database accounts: an OAuth caller matching `caller` (its subject, or claim=value; a
+-- list claim matches any of its values) reaches target_id with auth_profile_id's account instead of
+-- the target's own, so the database's own grants apply to that user. The first active match by rule_id wins.
+CREATE TABLE IF NOT EXISTS mcp_identity_profiles (
+    rule_id         INTEGER PRIMARY KEY NOT NULL,
+    active          INTEGER NOT NULL DEFAULT 1,
+    target_id       TEXT NOT NULL,
+    caller          TEXT NOT NULL,
+    auth_profile_id TEXT NOT NULL,
+    comment         TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS runtime_mcp_identity_profiles (
+    rule_id         INTEGER PRIMARY KEY NOT NULL,
+    active          INTEGER NOT NULL DEFAULT 1,
+    target_id       TEXT NOT NULL,
+    caller          TEXT NOT NULL,
+    auth_profile_id TEXT NOT NULL,
+    comment         TEXT NOT NULL DEFAULT ''
+);
 
 -- Per-tool usage, aggregated across workers (each worker flushes its deltas every second).
 CREATE TABLE IF NOT EXISTS stats_mcp_query_tools_counters (

@@ -218,15 +218,8 @@ class RuleSet:
 
 
 def caller_matches(wanted: str, caller: Caller | None) -> bool:
-    """A rule's `caller`: `alice` is the subject alice; `groups=analysts` a carried claim whose
-    value (or one of a list claim's values) is analysts. A static-token call has no caller."""
-    if caller is None or caller.admitted != "oauth":
-        return False
-    claim, sep, value = wanted.partition("=")
-    if not sep:
-        return caller.subject == wanted
-    have = caller.claim(claim.strip())
-    return have == value.strip() or value.strip() in have.split(",")
+    """A rule's `caller` column against the call's caller (gateway.call.Caller.matches)."""
+    return caller is not None and caller.matches(wanted)
 
 
 class RuleHits:

@@ -37,7 +37,7 @@ from backends.result_cache.keys import cache_key, tables_of
 from backends.result_cache.store import EntryMeta
 from backends.rules import RuleHits, RuleSet
 from backends.targets import Target
-from gateway.call import CallContext
+from gateway.call import CallContext, Caller
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
 from gateway.evidence import EvidenceRecorder
 from gateway.runtime import Runtime
@@ -103,6 +103,7 @@ class Prepared:
     cache_mode: str = "use"
     cache_key: str | None = None  # None: the cache is not consulted nor filled
     identity: dict[str, str] | None = None  # transaction-local settings from the caller (mcp-oauth_db_settings)
+    caller: Caller | None = None  # who asks: picks the account (mcp_identity_profiles)
 
 
 DB_SETTINGS = "mcp-oauth_db_settings"  # declared with the OAuth variables (gateway.variables)
@@ -185,7 +186,7 @@ class ReadOnlySql:
             raise InvalidArgument(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
         tool_name = statement.tool_name or ctx.tool_name
         started = time.perf_counter()
-        target = self.targets.resolve(statement.target_id)
+        target = self.targets.resolve_for(statement.target_id, ctx.caller)  # a per-user account, if mapped
         rows_cap = min(statement.max_rows or target.max_rows, target.max_rows)
         max_bytes = int(_var(ctx.runtime, MAX_RESPONSE_BYTES))
         outcome = self._ruleset(ctx.runtime).evaluate(
@@ -214,6 +215,7 @@ class ReadOnlySql:
         timeout = max(1, min(timeout, int(ctx.remaining_s() * 1000)))
         stats: dict[str, Any] = {"max_rows": rows_cap, "max_bytes": max_bytes, "timeout_ms": timeout, "rules": outcome.matched}
         prepared = Prepared(tool_name=tool_name, target=target, schema=schema, started=started, stats=stats, explain=explain)
+        prepared.caller = ctx.caller
         if getattr(target.engine, "local_settings", False):
             prepared.identity = identity_settings(ctx)
         if outcome.ok_msg is not None:
@@ -236,6 +238,8 @@ class ReadOnlySql:
                 fingerprint = self.cache.fingerprint(ctx.runtime, target.target_id)
                 if prepared.identity:  # the rows depend on who asks (row-level security): one entry per identity
                     fingerprint += "|" + json.dumps(prepared.identity, sort_keys=True)
+                if target is not self.targets.resolve(target.target_id):  # a per-user account: its own grants
+                    fingerprint += "|account:" + target.username
                 prepared.cache_key = cache_key(
                     target_id=target.target_id, fingerprint=fingerprint,
                     schema=schema or "", sql=checked.sql, max_rows=rows_cap, max_bytes=max_bytes,
@@ -267,7 +271,7 @@ class ReadOnlySql:
         target, checked, explain = prepared.target, prepared.checked, prepared.explain
         assert checked is not None, "a prepared statement without a checked text is answered early"
         stats = prepared.stats
-        with self.targets.connection(target.target_id) as (target, conn):
+        with self.targets.connection(target.target_id, prepared.caller) as (target, conn):
             engine = target.engine
             text = engine.explain_prefix(conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
             db_started = time.perf_counter()

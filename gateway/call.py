@@ -37,6 +37,18 @@ class Caller:
         an OAuth caller (one user, whichever token), "" for a static token (its fingerprint)."""
         return f"sub:{self.subject}" if self.subject else ""
 
+    def matches(self, wanted: str) -> bool:
+        """`alice`: the subject is alice; `groups=analysts`: a carried claim is analysts, or a list
+        claim holds it. A static-token caller (no subject) matches nothing. Used by query rules'
+        `caller` column and mcp_identity_profiles."""
+        if self.admitted != "oauth":
+            return False
+        claim, sep, value = wanted.partition("=")
+        if not sep:
+            return self.subject == wanted
+        have, value = self.claim(claim.strip()), value.strip()
+        return have == value or value in have.split(",")
+
     def claim(self, name: str) -> str:
         """A carried claim's value ("sub" is the subject), "" when absent."""
         if name == "sub":

@@ -170,6 +170,7 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
     QueryCanceled, "due to user request"   Cancelled
     QueryCanceled                          DeadlineExceeded (the statement timeout)
     ReadOnlySqlTransaction                 InvalidArgument (a write was refused)
+    42501 (insufficient_privilege)         PermissionDenied naming the object
     42xxx with a primary message           InvalidArgument naming it (syntax, access: the caller's own words)
     DataError                              BadValue (a value sent or loaded)
     any other SQLSTATE but 08xxx           InvalidArgument (SQLSTATE and class only)
@@ -184,6 +185,8 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
         return DeadlineExceeded(f"the statement ran past its timeout of {timeout_ms} ms and was cancelled by the server")
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
         return InvalidArgument("the database refused to write: the statement runs in a read-only transaction")
+    if state == "42501" and exc.diag.message_primary:  # insufficient_privilege: the account's grants refuse it
+        return PermissionDenied(f"the target's account lacks the privilege (PostgreSQL 42501): {exc.diag.message_primary}")
     if state.startswith("42") and exc.diag.message_primary:  # syntax/access: names only what the caller wrote
         return InvalidArgument(f"the database rejected the statement ({state}): {exc.diag.message_primary}")
     bad_value = isinstance(exc, psycopg.DataError)

@@ -31,9 +31,17 @@ def rls_db(postgres_db: dict) -> Iterator[dict[str, Any]]:
         pg.execute("ALTER TABLE notes FORCE ROW LEVEL SECURITY")
         pg.execute("CREATE POLICY notes_owner ON notes FOR SELECT USING (owner = current_setting('app.user_id', true))")
         pg.execute(f"GRANT SELECT ON notes TO {role}")
+        # per-user accounts: the interns' role may read notes, not salaries
+        pg.execute(f"CREATE ROLE {role}_intern LOGIN PASSWORD '{password}' NOSUPERUSER NOBYPASSRLS")
+        pg.execute("CREATE TABLE salaries (who text, amount int)")
+        pg.execute("INSERT INTO salaries VALUES ('alice', 100), ('bob', 50)")
+        pg.execute(f"GRANT SELECT ON notes TO {role}_intern")
+        pg.execute(f"GRANT SELECT ON salaries TO {role}")
     try:
-        yield {**postgres_db, "role": role, "password": password}
+        yield {**postgres_db, "role": role, "intern_role": f"{role}_intern", "password": password}
     finally:
         with psycopg.connect(**postgres_db, autocommit=True) as pg:
             pg.execute("DROP TABLE IF EXISTS notes")
+            pg.execute("DROP TABLE IF EXISTS salaries")
             pg.execute(f"DROP ROLE IF EXISTS {role}")
+            pg.execute(f"DROP ROLE IF EXISTS {role}_intern")

@@ -34,7 +34,7 @@ def _admin(gateway: GatewayProcess, http: httpx.Client, statement: str) -> dict[
 
 @pytest.fixture(scope="module")
 def gateway(provider: OidcProvider, rls_db: dict[str, Any]) -> Iterator[GatewayProcess]:
-    variables = {"mcp-oauth_issuer": provider.issuer, "mcp-oauth_db_settings": "app.user_id=sub"}
+    variables = {"mcp-oauth_issuer": provider.issuer, "mcp-oauth_db_settings": "app.user_id=sub", "mcp-oauth_claims": "groups"}
     with start_gateway(workers=2, variables=variables) as process, process.client() as http:
         _admin(
             process,
@@ -48,6 +48,18 @@ def gateway(provider: OidcProvider, rls_db: dict[str, Any]) -> Iterator[GatewayP
             "INSERT INTO mcp_target_profiles (target_id, protocol, host, port, database, auth_profile_id, cache_ttl_ms) "
             f"VALUES ('{TARGET}', 'pgsql', '127.0.0.1', {rls_db['port']}, '{rls_db['dbname']}', 'rls', 60000)",
         )
+        _admin(
+            process,
+            http,
+            "INSERT INTO mcp_auth_profiles (auth_profile_id, db_username, db_password) "
+            f"VALUES ('interns', '{rls_db['intern_role']}', '{rls_db['password']}')",
+        )
+        _admin(
+            process,
+            http,
+            "INSERT INTO mcp_identity_profiles (rule_id, target_id, caller, auth_profile_id) "
+            f"VALUES (1, '{TARGET}', 'groups=interns', 'interns')",
+        )
         assert _admin(process, http, "LOAD MCP PROFILES TO RUNTIME")["ok"] is True
         deadline = time.monotonic() + 10
         while not call_tool(http, process, "query", "list_targets", {})["structuredContent"]["targets"]:
@@ -56,13 +68,16 @@ def gateway(provider: OidcProvider, rls_db: dict[str, Any]) -> Iterator[GatewayP
         yield process
 
 
-def _run(http: httpx.Client, token: str, cache: str = "bypass") -> dict[str, Any]:
-    body = rpc_body("tools/call", {"name": "run_sql_readonly", "arguments": {"sql": SQL, "target_id": TARGET, "cache": cache}})
-    answer = http.post(
-        "/mcp/query", json=body, headers={"Authorization": f"Bearer {token}", "MCP-Protocol-Version": "2025-06-18"}
-    )
+def _call(http: httpx.Client, token: str, sql: str, cache: str = "bypass") -> dict[str, Any]:
+    body = rpc_body("tools/call", {"name": "run_sql_readonly", "arguments": {"sql": sql, "target_id": TARGET, "cache": cache}})
+    headers = {"Authorization": f"Bearer {token}", "MCP-Protocol-Version": "2025-06-18"}
+    answer = http.post("/mcp/query", json=body, headers=headers)
     assert answer.status_code == 200, answer.text
-    result = answer.json()["result"]
+    return answer.json()["result"]
+
+
+def _run(http: httpx.Client, token: str, cache: str = "bypass") -> dict[str, Any]:
+    result = _call(http, token, SQL, cache)
     assert result["isError"] is False, result
     return result["structuredContent"]
 
@@ -118,3 +133,21 @@ def test_the_cache_is_keyed_by_identity(gateway: GatewayProcess, provider: OidcP
             assert _owners(again) == {"alice"}
             states.add(again["stats"]["cache"])
         assert "hit" in states, states  # the cache does serve alice her own rows
+
+
+def test_a_claim_picks_the_database_account(gateway: GatewayProcess, provider: OidcProvider) -> None:
+    """bob is in groups=interns: mcp_identity_profiles sends his calls through the interns' role,
+    whose grants lack SELECT on salaries; alice keeps the target's own account."""
+    alice = provider.token("alice", gateway.url("query"), "mcp:query")
+    bob = provider.token("bob", gateway.url("query"), "mcp:query")
+    with gateway.client() as http:
+        mine = _call(http, alice, "SELECT who, amount FROM salaries ORDER BY who")
+        assert mine["isError"] is False and len(mine["structuredContent"]["rows"]) == 2
+        for cache in ("bypass", "use"):  # never served alice's cached answer either
+            refused = _call(http, bob, "SELECT who, amount FROM salaries ORDER BY who", cache)
+            assert refused["isError"] is True, refused
+            error = refused["structuredContent"]["error"]
+            assert error["code"] == "PERMISSION_DENIED" and "salaries" in error["message"], error
+        assert _owners(_run(http, bob)) == {"bob"}  # what his grants allow still works, under RLS
+        static = _call(http, gateway.tokens["query"], "SELECT count(*) FROM salaries")
+        assert static["isError"] is False  # a static token: the target's own account
