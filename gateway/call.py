@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gateway.errors import DeadlineExceeded
@@ -27,7 +28,7 @@ class Caller:
 
     token_fingerprint: str = ""
     subject: str = ""
-    claims: Mapping[str, str] = field(default_factory=dict)
+    claims: Mapping[str, str] = MappingProxyType({})
     scopes: frozenset[str] = frozenset()
     admitted: str = "static"
 
