@@ -137,6 +137,16 @@ CREATE TABLE IF NOT EXISTS stats_mcp_query_digest (
     histogram   TEXT NOT NULL DEFAULT '{}',  -- JSON {bucket_upper_us: count}, for percentiles
     PRIMARY KEY (tool_name, target_id, digest)
 );
+-- Who ran each digest: the OAuth subjects (static-token calls are not listed), merged like the digests.
+CREATE TABLE IF NOT EXISTS stats_mcp_query_digest_callers (
+    tool_name  TEXT NOT NULL,
+    target_id  TEXT NOT NULL,
+    digest     TEXT NOT NULL,
+    subject    TEXT NOT NULL,
+    count_star INTEGER NOT NULL DEFAULT 0,
+    last_seen  REAL NOT NULL,
+    PRIMARY KEY (tool_name, target_id, digest, subject)
+);
 
 -- MCP QUERY RULES (backends/rules.py): ProxySQL's 18 columns and its cache_ttl; NULL/'' filters match anything.
 CREATE TABLE IF NOT EXISTS mcp_query_rules (

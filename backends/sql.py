@@ -331,7 +331,11 @@ class ReadOnlySql:
         assert prepared.checked is not None
         text = normalize_text(prepared.checked.sql)
         return self.digests.record(
-            tool_name=prepared.tool_name, target_id=prepared.target.target_id, digest_text=text, elapsed_us=int(elapsed_us)
+            tool_name=prepared.tool_name,
+            target_id=prepared.target.target_id,
+            digest_text=text,
+            elapsed_us=int(elapsed_us),
+            subject=prepared.caller.subject if prepared.caller is not None else "",
         )
 
     def _refused(self, ctx: CallContext, tool_name: str, sql: str) -> None:

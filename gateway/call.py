@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.errors import DeadlineExceeded
@@ -28,7 +27,7 @@ class Caller:
 
     token_fingerprint: str = ""
     subject: str = ""
-    claims: Mapping[str, str] = MappingProxyType({})
+    claims: Mapping[str, str] = field(default_factory=dict)
     scopes: frozenset[str] = frozenset()
     admitted: str = "static"
 

@@ -292,3 +292,21 @@ def test_official_sdk_oauth_client(gateway: GatewayProcess, provider: OidcProvid
 
     assert "list_targets" in anyio.run(scenario, "query", "alice")
     assert anyio.run(scenario, "rag", "bob")
+
+
+def test_the_audit_trail_names_the_subject(gateway: GatewayProcess, provider: OidcProvider) -> None:
+    token = provider.token("bob", gateway.url("config"), "mcp:config mcp:write")
+    answer = _post(gateway, "config", token, _set_page_size(int(_page_size(gateway))))
+    assert answer.json()["result"]["isError"] is False, answer.text
+    with gateway.client() as http:
+        result = call_tool(
+            http,
+            gateway,
+            "admin",
+            "admin.sql",
+            {"statement": "SELECT subject, token_fingerprint, action FROM mcp_audit_log ORDER BY id DESC LIMIT 1"},
+        )
+    assert result["isError"] is False, result
+    text = json.dumps(result["structuredContent"])
+    assert "bob" in text and "set_config" in text, text
+    assert token not in text

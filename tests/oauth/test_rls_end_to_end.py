@@ -117,6 +117,20 @@ def test_interleaved_calls_never_leak(gateway: GatewayProcess, provider: OidcPro
             client.close()
     leaks = [(user, owners) for user, owners in seen if owners != {user}]
     assert not leaks, leaks[:5]
+    # the digests say who ran the statement
+    deadline = time.monotonic() + 10
+    with gateway.client() as http:
+        while True:
+            rows = _admin(
+                gateway,
+                http,
+                "SELECT subject, count_star FROM stats_mcp_query_digest_callers WHERE tool_name = 'run_sql_readonly'",
+            )
+            counts = {row[0]: row[1] for row in rows["rows"]} if "rows" in rows else {}
+            if counts.get("alice", 0) >= 500 and counts.get("bob", 0) >= 500:
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.5)
 
 
 def test_the_cache_is_keyed_by_identity(gateway: GatewayProcess, provider: OidcProvider) -> None:
