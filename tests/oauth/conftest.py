@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from server_process import REPO_ROOT
 
 from oauth.oidc import OidcProvider, start_oidc_provider
 
@@ -19,18 +20,21 @@ def provider() -> Iterator[OidcProvider]:
         yield running
 
 
+def readme_rls_example() -> str:
+    """The SQL between the README's `<!-- example:rls -->` markers."""
+    text = (REPO_ROOT / "README.md").read_text()
+    block = text.split("<!-- example:rls -->", 1)[1].split("<!-- /example:rls -->", 1)[0]
+    return block.split("```sql", 1)[1].split("```", 1)[0]
+
+
 @pytest.fixture(scope="module")
 def rls_db(postgres_db: dict) -> Iterator[dict[str, Any]]:
     role, password = f"mcpgw_rls_{secrets.token_hex(4)}", secrets.token_hex(12)
     with psycopg.connect(**postgres_db, autocommit=True) as pg:
-        pg.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}' NOSUPERUSER NOBYPASSRLS")
-        pg.execute("CREATE TABLE notes (id serial PRIMARY KEY, owner text NOT NULL, body text NOT NULL)")
+        # the README's worked example, verbatim but for the role's name and password
+        pg.execute(readme_rls_example().replace("mcp_agent", role).replace("'change-me'", f"'{password}'"))
         pg.execute("INSERT INTO notes (owner, body) SELECT 'alice', 'alice-note-' || i FROM generate_series(1, 5) i")
         pg.execute("INSERT INTO notes (owner, body) SELECT 'bob', 'bob-note-' || i FROM generate_series(1, 3) i")
-        pg.execute("ALTER TABLE notes ENABLE ROW LEVEL SECURITY")
-        pg.execute("ALTER TABLE notes FORCE ROW LEVEL SECURITY")
-        pg.execute("CREATE POLICY notes_owner ON notes FOR SELECT USING (owner = current_setting('app.user_id', true))")
-        pg.execute(f"GRANT SELECT ON notes TO {role}")
         # per-user accounts: the interns' role may read notes, not salaries
         pg.execute(f"CREATE ROLE {role}_intern LOGIN PASSWORD '{password}' NOSUPERUSER NOBYPASSRLS")
         pg.execute("CREATE TABLE salaries (who text, amount int)")
