@@ -84,6 +84,7 @@ def _b64_header(value: str | None) -> str | None:
 class Dispatcher:
     def __init__(self, services: Services) -> None:
         self.services = services
+        self._static_callers: dict[str, Caller] = {}  # static token -> its Caller (fingerprint hashed once)
         self.methods: dict[str, Callable[[dict[str, Any], Envelope, str], Awaitable[dict[str, Any]]]] = {
             "initialize": self._initialize,
             "ping": self._ping,
@@ -267,15 +268,25 @@ class Dispatcher:
             raise ProtocolError(INVALID_PARAMS, "arguments must be an object")
         if env.endpoint.down_reason:
             return error_result(Unavailable(f"/mcp/{env.endpoint.name} is unavailable: {env.endpoint.down_reason}"))
+        caller = env.caller or self._static_caller(env.token)
         ctx = handler.context(
             spec,
             self.services.runtime,
             protocol_version=version,
             client=env.client,
-            token_fingerprint=fingerprint(env.token) if env.token else "",
-            caller=env.caller,
+            token_fingerprint=caller.token_fingerprint,
+            caller=caller,
         )
         return await handler.execute_tool(spec, arguments, ctx)
+
+    def _static_caller(self, token: str) -> Caller:
+        """The Caller of a static token: its fingerprint, no subject (kept per token, bounded)."""
+        caller = self._static_callers.get(token)
+        if caller is None:
+            if len(self._static_callers) >= 64:
+                self._static_callers.clear()
+            caller = self._static_callers[token] = Caller(token_fingerprint=fingerprint(token) if token else "")
+        return caller
 
 
 def _valid_id(value: Any) -> bool:

@@ -157,7 +157,7 @@ class McpTransport:
         if variables["mcp-allow_query_token"]:
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         authorization = headers.get(b"authorization")
-        host_bytes = headers.get(b"host")
+        host_bytes = headers.get(b"host") if variables["mcp-oauth_issuer"] else None  # only OAuth needs it
         host = None if host_bytes is None else host_bytes.decode("latin-1")
         admission = auth.check_endpoint(
             endpoint.name,
