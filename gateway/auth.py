@@ -87,14 +87,8 @@ def check_endpoint(
     if not use_oauth:
         return Admission("invalid_token")
     assert verifier is not None and cfg is not None
-    resource = cfg.resource(endpoint, oauth.trusted_host(host, runtime))
-    if resource is None:
-        refusal = oauth.OAuthRefusal(
-            401, "invalid_token", "no_resource_url", "this Host has no canonical URL: set mcp-oauth_resource_url"
-        )
-        return Admission(refusal.reason, refusal=refusal)
     try:
-        return Admission(None, token, verifier.verify(token, endpoint, resource, cfg))
+        return tuple.__new__(Admission, (None, token, verifier.admit(token, endpoint, host, runtime, cfg), 401, None))
     except oauth.KeysNeeded:
         return Admission(KEYS_NEEDED)
     except oauth.OAuthRefusal as refusal:

@@ -22,7 +22,6 @@ Protected Resource Metadata (RFC 9728) is built here; gateway.app serves it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -288,33 +287,43 @@ class Verifier:
 
     def __init__(self) -> None:
         self.keys = KeyStore()
-        self._validated: dict[tuple[str, str], tuple[float, Caller]] = {}
+        # (endpoint, host, token) -> (valid until, caller, its refusal on the endpoint or None)
+        self._validated: dict[tuple[str, str | None, str], tuple[float, Caller, OAuthRefusal | None]] = {}
         self._validated_for: object = None
 
-    def verify(self, token: str, endpoint: str, resource: str, cfg: OAuthConfig) -> Caller:
-        """The caller a token names on `endpoint` (whose canonical URL is `resource`), or raise
-        OAuthRefusal / KeysNeeded. Endpoint scopes are checked here, tool scopes by `check_tool`."""
-        if self._validated_for is not cfg:
+    def admit(self, token: str, endpoint: str, host: str | None, runtime: Runtime, cfg: OAuthConfig) -> Caller:
+        """The caller a token names on `endpoint` (reached through the request's `host`), or raise
+        OAuthRefusal / KeysNeeded. A token validated before on this endpoint and host answers from
+        the memo (a dictionary lookup); endpoint scopes are checked here, tool scopes by `check_tool`."""
+        if self._validated_for is not cfg:  # a new runtime: new issuer, audiences or scopes, perhaps
             self._validated, self._validated_for = {}, cfg
-        memo_key = (resource, hashlib.sha256(token.encode()).hexdigest())
-        now = time.time()
+        memo_key = (endpoint, host, token)
         hit = self._validated.get(memo_key)
-        if hit is not None and hit[0] > now:
-            caller = hit[1]
-        else:
-            caller, expires = self._validate(token, resource, cfg)
-            if len(self._validated) >= VALIDATED_MAX:
-                self._validated.clear()
-            self._validated[memo_key] = (min(expires, now + VALIDATED_TTL_S), caller)
+        if hit is not None and hit[0] > time.time():
+            if hit[2] is not None:
+                raise hit[2]
+            return hit[1]
+        resource = cfg.resource(endpoint, trusted_host(host, runtime))
+        if resource is None:
+            raise OAuthRefusal(
+                401, "invalid_token", "no_resource_url", "this Host has no canonical URL: set mcp-oauth_resource_url"
+            )
+        caller, expires = self._validate(token, resource, cfg)
+        refusal = None
         missing = [s for s in cfg.scopes_for(endpoint) if s not in caller.scopes]
         if missing:
-            raise OAuthRefusal(
+            refusal = OAuthRefusal(
                 403,
                 "insufficient_scope",
                 "insufficient_scope",
                 f"the token lacks the scope(s) /mcp/{endpoint} needs: {' '.join(missing)}",
                 scope=" ".join(cfg.scopes_for(endpoint)),
             )
+        if len(self._validated) >= VALIDATED_MAX:
+            self._validated.clear()
+        self._validated[memo_key] = (min(expires, time.time() + VALIDATED_TTL_S), caller, refusal)
+        if refusal is not None:
+            raise refusal
         return caller
 
     def _validate(self, token: str, resource: str, cfg: OAuthConfig) -> tuple[Caller, float]:
