@@ -260,13 +260,25 @@ def discover(cfg: OAuthConfig, client: httpx.Client) -> dict[str, Any]:
     raise ValueError("; ".join(errors) or "no issuer metadata")
 
 
+def _check_transport(url: str) -> None:
+    """Keys fetched in clear text could be anyone's: https, or http on loopback only."""
+    parsed = httpx.URL(url)
+    if parsed.scheme == "https":
+        return
+    if parsed.scheme == "http" and (parsed.host in LOOPBACK_HOSTS or parsed.host == "localhost"):
+        return
+    raise ValueError(f"{url[:200]}: the issuer's metadata and keys must come over https (http only on loopback)")
+
+
 def _fetch_keys(cfg: OAuthConfig) -> dict[str, jwt.PyJWK]:
+    _check_transport(cfg.jwks_url or cfg.issuer)
     with httpx.Client(timeout=cfg.http_timeout_s, follow_redirects=False) as client:
         url = cfg.jwks_url
         if not url:
             url = str(discover(cfg, client).get("jwks_uri") or "")
             if not url:
                 raise ValueError("the issuer's metadata has no jwks_uri")
+        _check_transport(url)
         data = _get_json(client, url)
     keys: dict[str, jwt.PyJWK] = {}
     for item in data.get("keys") or []:
