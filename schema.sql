@@ -87,6 +87,25 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_target_profiles (
     skip_reason     TEXT NOT NULL DEFAULT '',
     privilege_warnings TEXT NOT NULL DEFAULT '[]' -- JSON list: what the account can do beyond reading
 );
+-- Per-user database accounts: an OAuth caller matching `caller` (its subject, or claim=value; a
+-- list claim matches any of its values) reaches target_id with auth_profile_id's account instead of
+-- the target's own, so the database's own grants apply to that user. The first active match by rule_id wins.
+CREATE TABLE IF NOT EXISTS mcp_identity_profiles (
+    rule_id         INTEGER PRIMARY KEY NOT NULL,
+    active          INTEGER NOT NULL DEFAULT 1,
+    target_id       TEXT NOT NULL,
+    caller          TEXT NOT NULL,
+    auth_profile_id TEXT NOT NULL,
+    comment         TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS runtime_mcp_identity_profiles (
+    rule_id         INTEGER PRIMARY KEY NOT NULL,
+    active          INTEGER NOT NULL DEFAULT 1,
+    target_id       TEXT NOT NULL,
+    caller          TEXT NOT NULL,
+    auth_profile_id TEXT NOT NULL,
+    comment         TEXT NOT NULL DEFAULT ''
+);
 
 -- Per-tool usage, aggregated across workers (each worker flushes its deltas every second).
 CREATE TABLE IF NOT EXISTS stats_mcp_query_tools_counters (
@@ -118,6 +137,16 @@ CREATE TABLE IF NOT EXISTS stats_mcp_query_digest (
     histogram   TEXT NOT NULL DEFAULT '{}',  -- JSON {bucket_upper_us: count}, for percentiles
     PRIMARY KEY (tool_name, target_id, digest)
 );
+-- Who ran each digest: the OAuth subjects (static-token calls are not listed), merged like the digests.
+CREATE TABLE IF NOT EXISTS stats_mcp_query_digest_callers (
+    tool_name  TEXT NOT NULL,
+    target_id  TEXT NOT NULL,
+    digest     TEXT NOT NULL,
+    subject    TEXT NOT NULL,
+    count_star INTEGER NOT NULL DEFAULT 0,
+    last_seen  REAL NOT NULL,
+    PRIMARY KEY (tool_name, target_id, digest, subject)
+);
 
 -- MCP QUERY RULES (backends/rules.py): ProxySQL's 18 columns and its cache_ttl; NULL/'' filters match anything.
 CREATE TABLE IF NOT EXISTS mcp_query_rules (
@@ -139,7 +168,8 @@ CREATE TABLE IF NOT EXISTS mcp_query_rules (
     log                  INTEGER,
     apply                INTEGER NOT NULL DEFAULT 0,
     comment              TEXT,
-    cache_ttl            INTEGER   -- ms the result of a matched statement is cached; 0: never; NULL: the target's cache_ttl_ms
+    cache_ttl            INTEGER,  -- ms the result of a matched statement is cached; 0: never; NULL: the target's cache_ttl_ms
+    caller               TEXT      -- who is asking (an OAuth caller): its subject, or claim=value (a list claim: one of its values)
 );
 CREATE TABLE IF NOT EXISTS runtime_mcp_query_rules (
     rule_id              INTEGER PRIMARY KEY NOT NULL,
@@ -160,7 +190,8 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_query_rules (
     log                  INTEGER,
     apply                INTEGER NOT NULL DEFAULT 0,
     comment              TEXT,
-    cache_ttl            INTEGER
+    cache_ttl            INTEGER,
+    caller               TEXT
 );
 -- Hits per rule and route, aggregated across workers (each flushes its deltas at most once a second).
 CREATE TABLE IF NOT EXISTS stats_mcp_query_rules (
@@ -515,7 +546,8 @@ CREATE TABLE IF NOT EXISTS mcp_audit_log (
     before            TEXT,                        -- JSON: the value(s) the change replaced
     after             TEXT,                        -- JSON: the value(s) it left
     outcome           TEXT NOT NULL,               -- ok, or the error code
-    message           TEXT NOT NULL DEFAULT ''
+    message           TEXT NOT NULL DEFAULT '',
+    subject           TEXT NOT NULL DEFAULT ''     -- who an OAuth access token named ('' for a static token)
 );
 CREATE INDEX IF NOT EXISTS mcp_audit_log_at ON mcp_audit_log (at);
 

@@ -91,10 +91,13 @@ class DigestRecorder:
     def __init__(self, *, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
         self.flush_interval_s = flush_interval_s
         self._pending: dict[tuple[str, str, str], _Agg] = {}
+        self._callers: dict[tuple[str, str, str, str], list[float]] = {}  # (tool, target, digest, subject) -> [count, last]
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
 
-    def record(self, *, tool_name: str, target_id: str, digest_text: str, elapsed_us: int) -> str:
+    def record(self, *, tool_name: str, target_id: str, digest_text: str, elapsed_us: int, subject: str = "") -> str:
+        """Count one run of a digest; `subject`: the OAuth caller who ran it (who ran what is kept
+        in stats_mcp_query_digest_callers, beside the digest's own figures)."""
         digest = digest_of(digest_text)
         now = time.time()
         with self._lock:
@@ -102,6 +105,10 @@ class DigestRecorder:
             if agg is None:
                 agg = self._pending[(tool_name, target_id, digest)] = _Agg(digest_text)
             agg.add(int(elapsed_us), now)
+            if subject:
+                seen = self._callers.setdefault((tool_name, target_id, digest, subject), [0, now])
+                seen[0] += 1
+                seen[1] = now
         return digest
 
     def due(self) -> bool:
@@ -111,11 +118,19 @@ class DigestRecorder:
         """Merge pending deltas into stats_mcp_query_digest; returns the number of digests written."""
         with self._lock:
             pending, self._pending = self._pending, {}
+            callers, self._callers = self._callers, {}
             self._last_flush = time.monotonic()
         if not pending:
             return 0
         conn = store.conn()
         with sqlite.transaction(conn):
+            for (tool_name, target_id, digest, subject), (count, last_seen) in callers.items():
+                conn.execute(
+                    "INSERT INTO stats_mcp_query_digest_callers (tool_name, target_id, digest, subject, count_star, last_seen)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tool_name, target_id, digest, subject) DO UPDATE SET"
+                    " count_star = count_star + excluded.count_star, last_seen = max(last_seen, excluded.last_seen)",
+                    (tool_name, target_id, digest, subject[:256], int(count), last_seen),
+                )
             for (tool_name, target_id, digest), agg in pending.items():
                 old = sqlite.rows(
                     conn,

@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from backends.targets import Target, targets_from_runtime
+from backends.targets import Target, identity_variants, targets_from_runtime
+from gateway.call import Caller
 from gateway.errors import GatewayError, NotFound, Unavailable
 from gateway.runtime import Runtime
 
@@ -242,6 +243,9 @@ class TargetPools:
         self._targets: dict[str, Target] = {}
         self._skipped: dict[str, str] = {}
         self._pools: dict[str, _TargetPool] = {}
+        # per-user accounts (mcp_identity_profiles): rules, and targets keyed "<target_id>\x00<auth_profile_id>"
+        self._identity_rules: list[tuple[str, str, str]] = []
+        self._variants: dict[str, Target] = {}
         self._settings: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
         self._default = ""
         self.update(runtime)
@@ -249,11 +253,15 @@ class TargetPools:
     def update(self, runtime: Runtime) -> None:
         """Adopt a new runtime; close pools only of targets that changed or went away."""
         targets, skipped = targets_from_runtime(runtime)
+        rules, variants = identity_variants(runtime, targets)
+        keyed = {f"{tid}\x00{auth}": target for (tid, auth), target in variants.items()}
         settings = _pool_settings(runtime)
         with self._lock:
-            stale = [tid for tid, pool in self._pools.items() if settings != self._settings or targets.get(tid) != pool.target]
+            current = {**targets, **keyed}
+            stale = [tid for tid, pool in self._pools.items() if settings != self._settings or current.get(tid) != pool.target]
             old = [self._pools.pop(tid) for tid in stale]
             self._targets, self._skipped, self._settings = targets, skipped, settings
+            self._identity_rules, self._variants = rules, keyed
             self._default = str(runtime.variables.get("mcp-query_default_target", "") or "")
         for pool in old:
             pool.close()
@@ -283,23 +291,49 @@ class TargetPools:
             raise NotFound(f"target {target_id!r} is not available: {reason}")
         raise NotFound(f"unknown target {target_id!r}; list_targets shows the available ones")
 
+    def resolve_for(self, target_id: str | None, caller: Caller | None) -> Target:
+        """`resolve`, then the account an mcp_identity_profiles rule gives this caller, if one matches."""
+        target = self.resolve(target_id)
+        if caller is None or caller.admitted != "oauth" or not self._identity_rules:
+            return target
+        with self._lock:
+            rules, variants = self._identity_rules, self._variants
+        for rule_target, wanted, auth_id in rules:
+            if rule_target == target.target_id and caller.matches(wanted):
+                variant = variants.get(f"{rule_target}\x00{auth_id}")
+                if variant is None:  # its account could not be built: refuse rather than use the shared one
+                    raise Unavailable(f"target {target.target_id}: the account for this caller is unavailable")
+                return variant
+        return target
+
+    def _key(self, target: Target) -> str:
+        """The pool of a target: its id, or for a per-user account "<target_id>\x00<auth_profile_id>"."""
+        if self._targets.get(target.target_id) is target:
+            return target.target_id
+        for key, variant in self._variants.items():
+            if variant is target:
+                return key
+        return target.target_id
+
     def _pool(self, target: Target) -> _TargetPool:
         with self._lock:
-            if self._targets.get(target.target_id) != target:
+            key = self._key(target)
+            if (self._variants.get(key) if "\x00" in key else self._targets.get(key)) != target:
                 raise PoolClosed()  # resolved from a runtime that was replaced meanwhile
-            pool = self._pools.get(target.target_id)  # update() keeps only pools of current targets
+            pool = self._pools.get(key)  # update() keeps only pools of current targets
             if pool is None:
                 max_size, timeout_s, idle_check_s, io_timeout_s = self._settings
                 pool = _TargetPool(
                     target, max_size=max_size, timeout_s=timeout_s, idle_check_s=idle_check_s, io_timeout_s=io_timeout_s
                 )
-                self._pools[target.target_id] = pool
+                self._pools[key] = pool
             return pool
 
     @contextmanager
-    def connection(self, target_id: str | None) -> Iterator[tuple[Target, Any]]:
-        """Borrow a connection of the target (None: the default) for one call."""
-        target, pool, conn = self._borrow(target_id)
+    def connection(self, target_id: str | None, caller: Caller | None = None) -> Iterator[tuple[Target, Any]]:
+        """Borrow a connection of the target (None: the default) for one call; with a `caller`,
+        of the account mcp_identity_profiles gives it (resolve_for)."""
+        target, pool, conn = self._borrow(target_id, caller)
         try:
             yield target, conn
         except GatewayError:
@@ -312,9 +346,9 @@ class TargetPools:
         finally:
             pool.putconn(conn)
 
-    def _borrow(self, target_id: str | None) -> tuple[Target, _TargetPool, Any]:
+    def _borrow(self, target_id: str | None, caller: Caller | None = None) -> tuple[Target, _TargetPool, Any]:
         for _attempt in range(2):  # a LOAD may close the pool we picked: then take the new one
-            target = self.resolve(target_id)
+            target = self.resolve_for(target_id, caller)
             try:
                 pool = self._pool(target)
                 return target, pool, self._getconn(target, pool)

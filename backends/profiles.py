@@ -30,9 +30,20 @@ def validate_profiles(
         _validate_auth(row, errors)
     for row in target_rows:
         _validate_target(row, errors)
+    identity_rows = [dict(row) for row in memory.get("mcp_identity_profiles", [])]
+    auth_ids = {_text(row, "auth_profile_id") for row in auth_rows}
+    target_ids = {_text(row, "target_id") for row in target_rows}
+    for row in identity_rows:
+        where = f"mcp_identity_profiles rule {row.get('rule_id')!r}"
+        if _text(row, "target_id") not in target_ids:
+            errors.append(f"{where}: target_id {row.get('target_id')!r} is not in mcp_target_profiles")
+        if _text(row, "auth_profile_id") not in auth_ids:
+            errors.append(f"{where}: auth_profile_id {row.get('auth_profile_id')!r} is not in mcp_auth_profiles")
+        if not _text(row, "caller").strip():
+            errors.append(f"{where}: caller must name a subject or claim=value")
     if errors:
         raise ConfigError("; ".join(errors), details=errors)
-    return {"mcp_auth_profiles": auth_rows, "mcp_target_profiles": target_rows}
+    return {"mcp_auth_profiles": auth_rows, "mcp_target_profiles": target_rows, "mcp_identity_profiles": identity_rows}
 
 
 def build_profiles(
@@ -55,6 +66,7 @@ def build_profiles(
     return {
         "runtime_mcp_auth_profiles": auth_rows,
         "runtime_mcp_target_profiles": runtime_targets,
+        "runtime_mcp_identity_profiles": valid["mcp_identity_profiles"],
     }
 
 
@@ -73,7 +85,7 @@ def profile_warnings(runtime: Mapping[str, list[dict[str, Any]]]) -> list[str]:
 # db_password reads as NULL through admin.sql, a literal password and a reference alike.
 PROFILES_MODULE = ConfigModule(
     "MCP PROFILES",
-    ("mcp_auth_profiles", "mcp_target_profiles"),
+    ("mcp_auth_profiles", "mcp_target_profiles", "mcp_identity_profiles"),
     build_profiles,
     secret_columns=("db_password",),
     warnings=profile_warnings,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import sqlite
+from gateway.call import Caller
 from gateway.errors import ConfigError
 from gateway.store import ConfigModule
 from gateway.variables import Variable
@@ -37,7 +38,7 @@ from gateway.variables import Variable
 COLUMNS = (
     "rule_id", "active", "username", "target_id", "schemaname", "tool_name", "match_pattern",
     "negate_match_pattern", "re_modifiers", "flagIN", "flagOUT", "replace_pattern", "timeout_ms",
-    "error_msg", "OK_msg", "log", "apply", "comment", "cache_ttl",
+    "error_msg", "OK_msg", "log", "apply", "comment", "cache_ttl", "caller",
 )  # fmt: skip
 MODIFIERS = {"CASELESS", "GLOBAL"}
 FLUSH_INTERVAL_S = 1.0
@@ -50,6 +51,7 @@ class Rule:
     target_id: str | None
     schemaname: str | None
     tool_name: str | None
+    caller: str | None  # an OAuth caller's subject, or claim=value
     pattern: re.Pattern[str] | None
     negate: bool
     replace: str | None
@@ -135,6 +137,7 @@ def compile_rule(row: Mapping[str, Any], errors: list[str]) -> Rule | None:
         target_id=_opt_text(row.get("target_id")),
         schemaname=_opt_text(row.get("schemaname")),
         tool_name=_opt_text(row.get("tool_name")),
+        caller=_opt_text(row.get("caller")),
         pattern=pattern,
         negate=bool(row.get("negate_match_pattern")),
         replace=None if replace is None else str(replace),
@@ -179,7 +182,9 @@ class RuleSet:
         compiled = [compile_rule(row, errors) for row in rows if row.get("active")]
         return cls([r for r in compiled if r is not None])  # runtime rows were validated at LOAD
 
-    def evaluate(self, *, sql: str, username: str, target_id: str, schemaname: str, tool_name: str) -> RuleOutcome:
+    def evaluate(
+        self, *, sql: str, username: str, target_id: str, schemaname: str, tool_name: str, caller: Caller | None = None
+    ) -> RuleOutcome:
         outcome = RuleOutcome(sql=sql)
         flag = 0
         call = {"username": username, "target_id": target_id, "schemaname": schemaname, "tool_name": tool_name}
@@ -187,6 +192,8 @@ class RuleSet:
             if rule.flag_in != flag:
                 continue
             if any(getattr(rule, key) is not None and getattr(rule, key) != value for key, value in call.items()):
+                continue
+            if rule.caller is not None and not caller_matches(rule.caller, caller):
                 continue
             if rule.pattern is not None and bool(rule.pattern.search(outcome.sql)) == rule.negate:
                 continue
@@ -208,6 +215,11 @@ class RuleSet:
             if rule.apply:
                 break
         return outcome
+
+
+def caller_matches(wanted: str, caller: Caller | None) -> bool:
+    """A rule's `caller` column against the call's caller (gateway.call.Caller.matches)."""
+    return caller is not None and caller.matches(wanted)
 
 
 class RuleHits:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import zlib
 from collections.abc import Mapping
@@ -38,7 +39,7 @@ from backends.result_cache.keys import cache_key, tables_of
 from backends.result_cache.store import EntryMeta
 from backends.rules import RuleHits, RuleSet
 from backends.targets import Target
-from gateway.call import CallContext
+from gateway.call import CallContext, Caller
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
 from gateway.evidence import EvidenceRecorder
 from gateway.runtime import Runtime
@@ -113,6 +114,36 @@ class Prepared:
     cache_mode: str = "use"
     cache_key: str | None = None  # None: the cache is not consulted nor filled
     params: Mapping[str, Any] | None = None  # bound values (Statement.params)
+    identity: dict[str, str] | None = None  # transaction-local settings from the caller (mcp-oauth_db_settings)
+    caller: Caller | None = None  # who asks: picks the account (mcp_identity_profiles)
+
+
+DB_SETTINGS = "mcp-oauth_db_settings"  # declared with the OAuth variables (gateway.variables)
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_.]*")
+_identity_specs: tuple[object, tuple[tuple[str, str], ...]] = (None, ())
+
+
+def identity_settings(ctx: CallContext) -> dict[str, str] | None:
+    """The caller's identity as the database settings mcp-oauth_db_settings names
+    (`app.user_id=sub, app.tenant=tenant`): a claim's value for an OAuth caller, '' for a static
+    token (so policies keyed on them see no user). None when none are configured."""
+    global _identity_specs
+    runtime = ctx.runtime
+    items = runtime.variables[DB_SETTINGS]
+    if not items:
+        return None
+    if _identity_specs[0] is not items:
+        specs = []
+        for item in items:
+            name, _, claim = item.partition("=")
+            name, claim = name.strip(), claim.strip() or "sub"
+            if not _SETTING_NAME.fullmatch(name):
+                raise Unavailable(f"{DB_SETTINGS}: {name!r} is no custom setting name (like app.user_id)")
+            specs.append((name, claim))
+        _identity_specs = (items, tuple(specs))
+    caller = ctx.caller
+    oauth = caller.admitted == "oauth"
+    return {name: caller.claim(claim) if oauth else "" for name, claim in _identity_specs[1]}
 
 
 class ReadOnlySql:
@@ -167,7 +198,7 @@ class ReadOnlySql:
             raise InvalidArgument(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
         tool_name = statement.tool_name or ctx.tool_name
         started = time.perf_counter()
-        target = self.targets.resolve(statement.target_id)
+        target = self.targets.resolve_for(statement.target_id, ctx.caller)  # a per-user account, if mapped
         rows_cap = min(statement.max_rows or target.max_rows, target.max_rows)
         max_bytes = int(_var(ctx.runtime, MAX_RESPONSE_BYTES))
         outcome = self._ruleset(ctx.runtime).evaluate(
@@ -176,16 +207,18 @@ class ReadOnlySql:
             target_id=target.target_id,
             schemaname=schema or target.default_schema,
             tool_name=tool_name,
+            caller=ctx.caller,
         )
         if outcome.matched:
             self.rule_hits.count(outcome.matched, username=target.username, target_id=target.target_id)
         if outcome.log:
             log.info(
-                "query rule match: rules=%s tool=%s target=%s user=%s",
+                "query rule match: rules=%s tool=%s target=%s user=%s caller=%s",
                 outcome.matched,
                 tool_name,
                 target.target_id,
                 target.username,
+                ctx.caller.subject or ctx.token_fingerprint,
             )
         if outcome.error_msg is not None:
             self._refused(ctx, tool_name, sql)
@@ -197,6 +230,9 @@ class ReadOnlySql:
             tool_name=tool_name, target=target, schema=schema, started=started, stats=stats, explain=explain,
             params=statement.params,
         )  # fmt: skip
+        prepared.caller = ctx.caller
+        if getattr(target.engine, "local_settings", False):
+            prepared.identity = identity_settings(ctx)
         if outcome.ok_msg is not None:
             prepared.message = outcome.ok_msg
             return prepared
@@ -216,8 +252,13 @@ class ReadOnlySql:
             prepared.cache_ttl_ms, prepared.cache_mode = ttl, cache
             stats["cache"] = {"use": "miss", "bypass": "bypass", "refresh": "refresh"}[cache]
             if cache != "bypass":
+                fingerprint = self.cache.fingerprint(ctx.runtime, target.target_id)
+                if prepared.identity:  # the rows depend on who asks (row-level security): one entry per identity
+                    fingerprint += "|" + json.dumps(prepared.identity, sort_keys=True)
+                if target is not self.targets.resolve(target.target_id):  # a per-user account: its own grants
+                    fingerprint += "|account:" + target.username
                 prepared.cache_key = cache_key(
-                    target_id=target.target_id, fingerprint=self.cache.fingerprint(ctx.runtime, target.target_id),
+                    target_id=target.target_id, fingerprint=fingerprint,
                     schema=schema or "", max_rows=rows_cap, max_bytes=max_bytes,
                     sql=checked.sql if statement.params is None else checked.sql + "\x00" + _params_key(statement.params),
                 )  # fmt: skip
@@ -248,7 +289,7 @@ class ReadOnlySql:
         target, checked, explain = prepared.target, prepared.checked, prepared.explain
         assert checked is not None, "a prepared statement without a checked text is answered early"
         stats = prepared.stats
-        with self.targets.connection(target.target_id) as (target, conn):
+        with self.targets.connection(target.target_id, prepared.caller) as (target, conn):
             engine = target.engine
             text = engine.explain_prefix(conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
             values = None
@@ -256,10 +297,17 @@ class ReadOnlySql:
                 text, values = bind(text, engine, prepared.params)
             db_started = time.perf_counter()
             try:
-                result = engine.execute(
-                    conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
-                    max_bytes=stats["max_bytes"], schema=prepared.schema, **({} if values is None else {"params": values}),
-                )  # fmt: skip
+                bound = {} if values is None else {"params": values}
+                if prepared.identity and getattr(engine, "local_settings", False):
+                    result = engine.execute_with_settings(  # type: ignore[attr-defined]
+                        conn, text, prepared.identity, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+                        max_bytes=stats["max_bytes"], schema=prepared.schema, **bound,
+                    )  # fmt: skip
+                else:
+                    result = engine.execute(
+                        conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+                        max_bytes=stats["max_bytes"], schema=prepared.schema, **bound,
+                    )  # fmt: skip
             finally:
                 elapsed_us = (time.perf_counter() - db_started) * 1e6
                 stats["digest"] = self._record(prepared, elapsed_us)
@@ -305,7 +353,11 @@ class ReadOnlySql:
         assert prepared.checked is not None
         text = normalize_text(prepared.checked.sql)
         return self.digests.record(
-            tool_name=prepared.tool_name, target_id=prepared.target.target_id, digest_text=text, elapsed_us=int(elapsed_us)
+            tool_name=prepared.tool_name,
+            target_id=prepared.target.target_id,
+            digest_text=text,
+            elapsed_us=int(elapsed_us),
+            subject=prepared.caller.subject if prepared.caller is not None else "",
         )
 
     def _refused(self, ctx: CallContext, tool_name: str, sql: str) -> None:
@@ -316,7 +368,7 @@ class ReadOnlySql:
                 "sql_refused",
                 endpoint=ctx.endpoint,
                 tool=tool_name,
-                token_fp=ctx.token_fingerprint,
+                token_fp=ctx.caller.evidence_key or ctx.token_fingerprint,
                 digest=digest_of(text),
                 text=text,
             )

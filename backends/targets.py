@@ -235,6 +235,30 @@ def targets_from_runtime(runtime: Runtime) -> tuple[dict[str, Target], dict[str,
     return targets, skipped
 
 
+def identity_variants(
+    runtime: Runtime, targets: Mapping[str, Target]
+) -> tuple[list[tuple[str, str, str]], dict[tuple[str, str], Target]]:
+    """mcp_identity_profiles at runtime: the active rules (target_id, caller, auth_profile_id) in
+    rule_id order, and each (target_id, auth_profile_id) they name as a Target with that account."""
+    auth_by_id = {row["auth_profile_id"]: row for row in runtime.table("runtime_mcp_auth_profiles")}
+    rows = {row["target_id"]: row for row in runtime.table("runtime_mcp_target_profiles")}
+    rules: list[tuple[str, str, str]] = []
+    variants: dict[tuple[str, str], Target] = {}
+    for row in sorted(runtime.table("runtime_mcp_identity_profiles"), key=lambda r: r["rule_id"]):
+        target_id, auth_id = row["target_id"], row["auth_profile_id"]
+        if not row.get("active") or target_id not in targets or auth_id not in auth_by_id:
+            continue
+        rules.append((target_id, str(row["caller"]).strip(), auth_id))
+        if (target_id, auth_id) not in variants:
+            auth = auth_by_id[auth_id]
+            try:
+                variants[(target_id, auth_id)] = _target(rows[target_id], auth, resolve_secret(_text(auth, "db_password")))
+            except SecretError:
+                rules.pop()  # fail closed below: a rule whose account cannot be built refuses its callers
+                rules.append((target_id, str(row["caller"]).strip(), ""))
+    return rules, variants
+
+
 def _target(row: Mapping[str, Any], auth: Mapping[str, Any], password: str) -> Target:
     protocol = row["protocol"]
     return Target(

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from gateway import auth, tls, workers
+from gateway import auth, oauth, tls, workers
 from gateway.assembly import close_backends, handler_classes, open_store, share_backends
 from gateway.cluster import ClusterFollower
 from gateway.errors import GatewayError
@@ -155,6 +155,22 @@ def create_app(data_dir: Path | None = None) -> Callable[[Scope, Receive, Send],
     async def not_found(request: Request) -> Response:
         return Response(not_found_body(request.url.path, list(endpoints)), 404, media_type="application/json")
 
+    async def protected_resource(request: Request) -> Response:
+        """RFC 9728 Protected Resource Metadata: /.well-known/oauth-protected-resource/mcp/<endpoint>
+        and the root form; 404 whenever OAuth is off for it (static-token clients start no OAuth)."""
+        runtime = services.runtime
+        path = request.url.path[len(oauth.PRM_PREFIX) :]
+        name = path[len("/mcp/") :] if path.startswith("/mcp/") else None
+        metadata = None
+        if runtime.var("mcp-oauth_issuer") and (name is None and path in ("", "/") or name in endpoints):
+            host = oauth.trusted_host(request.headers.get("host"), runtime)
+            metadata = oauth.protected_resource_metadata(name, list(endpoints), oauth.config(runtime), host)
+        if metadata is None:
+            return await not_found(request)
+        return JSONResponse(metadata, headers={"Access-Control-Allow-Origin": "*", "Cache-Control": "max-age=300"})
+
+    app.add_route(oauth.PRM_PREFIX, protected_resource, methods=["GET"])
+    app.add_route(oauth.PRM_PREFIX + "/{path:path}", protected_resource, methods=["GET"])
     app.add_route("/metrics", metrics_route, methods=["GET"])
     app.add_route("/healthz", healthz, methods=["GET"])
     app.add_route("/readyz", readyz, methods=["GET"])

@@ -49,13 +49,14 @@ class Actor:
     endpoint: str
     token_fingerprint: str = ""
     client: str = ""
+    subject: str = ""  # who an OAuth access token named
 
 
 CLI_ACTOR = Actor(endpoint="cli", client="local")
 
 
 def actor_of(ctx: CallContext) -> Actor:
-    return Actor(endpoint=ctx.endpoint, token_fingerprint=ctx.token_fingerprint, client=ctx.client)
+    return Actor(endpoint=ctx.endpoint, token_fingerprint=ctx.token_fingerprint, client=ctx.client, subject=ctx.caller.subject)
 
 
 def mask_sql(statement: str) -> str:
@@ -120,8 +121,8 @@ def record(
     conn = store.conn()
     with sqlite.transaction(conn):
         conn.execute(
-            "INSERT INTO mcp_audit_log (at, endpoint, token_fingerprint, client, action, arguments, before, after, outcome, message)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO mcp_audit_log (at, endpoint, token_fingerprint, client, action, arguments, before, after, outcome, message,"
+            " subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 now,
                 actor.endpoint,
@@ -133,6 +134,7 @@ def record(
                 _text(after, secrets),
                 outcome,
                 _scrub(message, secrets)[:MAX_TEXT_CHARS],
+                actor.subject,
             ),
         )
         conn.execute("DELETE FROM mcp_audit_log WHERE at < ?", (now - settings["admin-audit_retention_days"] * 86400,))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
+from gateway import oauth
+from gateway.call import Caller
 from gateway.runtime import Runtime
 
 
@@ -56,19 +58,56 @@ def accepted_tokens(endpoint: str, runtime: Runtime) -> tuple[str, ...]:
     return _toolset_tokens[1].get(endpoint, ())
 
 
+class Admission(NamedTuple):
+    """What check_endpoint decided: `failure` None admits the caller (with `token`, and for an
+    OAuth access token the `caller` it names); else a metric label, the HTTP status (401, or 403
+    for a token lacking a scope) and, for a refused access token, why (for WWW-Authenticate)."""
+
+    failure: str | None
+    token: str = ""
+    caller: Caller | None = None
+    status: int = 401
+    refusal: oauth.OAuthRefusal | None = None
+
+
+KEYS_NEEDED = "keys_needed"  # the issuer's keys must be fetched (in a thread) before deciding
+
+
 def check_endpoint(
-    endpoint: str, authorization: str | None, query: Mapping[str, str], runtime: Runtime
-) -> tuple[str | None, str]:
-    """(None, the token presented) when the caller may use the endpoint, else (the failure
-    reason, a metric label, ""). `authorization` is the Authorization header's value, if sent."""
+    endpoint: str,
+    authorization: str | None,
+    query: Mapping[str, str],
+    runtime: Runtime,
+    *,
+    verifier: oauth.Verifier | None = None,
+    host: str | None = None,
+) -> Admission:
+    """Whether the caller may use the endpoint. `authorization` is the Authorization header's
+    value, if sent; `host` the request's Host (an endpoint's canonical URL may derive from it).
+
+    A static token (accepted_tokens) admits as before; with OAuth on for the endpoint
+    (mcp-oauth_issuer, mcp-oauth_endpoints) and a `verifier`, any other bearer token is validated
+    as an access token (gateway.oauth). Failure `KEYS_NEEDED`: refresh `verifier.keys` and ask again."""
     variables = runtime.variables  # Runtime.var, minus a call per lookup: this runs on every request
     accepted = accepted_tokens(endpoint, runtime)
-    if not accepted:
-        return "no_token_configured", ""
+    cfg = oauth.config(runtime) if variables["mcp-oauth_issuer"] else None
+    use_oauth = verifier is not None and cfg is not None and cfg.enabled_for(endpoint)
+    if not accepted and not use_oauth:
+        return Admission("no_token_configured")
     token, how = presented_token(authorization, query, allow_query=variables["mcp-allow_query_token"])
     if token is None:
-        return how, ""
-    return (None, token) if token_matches(token, accepted) else ("invalid_token", "")
+        return Admission(how)
+    if accepted and token_matches(token, accepted):
+        return tuple.__new__(Admission, (None, token, None, 401, None))  # Admission(None, token), minus ~0.4 us
+    if not use_oauth:
+        return Admission("invalid_token")
+    assert verifier is not None and cfg is not None
+    try:
+        return tuple.__new__(Admission, (None, token, verifier.admit(token, endpoint, host, runtime, cfg), 401, None))
+    except oauth.KeysNeeded:
+        return Admission(KEYS_NEEDED)
+    except oauth.OAuthRefusal as refusal:
+        return Admission(refusal.reason, status=refusal.status, refusal=refusal)
 
 
 def check_metrics(authorization: str | None, runtime: Runtime) -> bool:

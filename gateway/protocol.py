@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway import __version__
+from gateway.call import Caller
 from gateway.errors import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -73,6 +74,7 @@ class Envelope(NamedTuple):  # a tuple: built once per request, cheaper than a f
     headers: Mapping[bytes, bytes]  # as the ASGI scope has them: names lowercased, not decoded
     client: str
     token: str = ""  # the bearer token the caller was admitted with
+    caller: Caller | None = None  # who an OAuth access token names (None: a static token)
 
 
 def _b64_header(value: str | None) -> str | None:
@@ -88,6 +90,7 @@ def _b64_header(value: str | None) -> str | None:
 class Dispatcher:
     def __init__(self, services: Services) -> None:
         self.services = services
+        self._static_callers: dict[str, Caller] = {}  # static token -> its Caller (fingerprint hashed once)
         self.methods: dict[str, Callable[[dict[str, Any], Envelope, str], Awaitable[dict[str, Any]]]] = {
             "initialize": self._initialize,
             "ping": self._ping,
@@ -304,16 +307,27 @@ class Dispatcher:
                     InvalidArgument(f"target_id: {spec.name} runs on target {served.pin} only on /mcp/{env.endpoint.name}")
                 )
             arguments = {**arguments, "target_id": served.pin}
+        caller = env.caller or self._static_caller(env.token)
         ctx = handler.context(
             spec,
             self.services.runtime,
             protocol_version=version,
             client=env.client,
-            token_fingerprint=fingerprint(env.token) if env.token else "",
+            token_fingerprint=caller.token_fingerprint,
+            caller=caller,
         )
         if handler.endpoint != env.endpoint.name:  # a built-in tool served on a toolset
             ctx = dataclasses.replace(ctx, endpoint=env.endpoint.name)
         return await handler.execute_tool(spec, arguments, ctx)
+
+    def _static_caller(self, token: str) -> Caller:
+        """The Caller of a static token: its fingerprint, no subject (kept per token, bounded)."""
+        caller = self._static_callers.get(token)
+        if caller is None:
+            if len(self._static_callers) >= 64:
+                self._static_callers.clear()
+            caller = self._static_callers[token] = Caller(token_fingerprint=fingerprint(token) if token else "")
+        return caller
 
 
 def _valid_id(value: Any) -> bool:

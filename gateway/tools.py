@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gateway.call import CallContext
+from gateway.call import CallContext, Caller
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
 from gateway.store import ConfigModule
 from gateway.variables import Variable
@@ -326,7 +326,14 @@ class ToolHandler:
 
     # -- execution -------------------------------------------------------------------------
     def context(
-        self, spec: ToolSpec, runtime: Runtime, *, protocol_version: str = "", client: str = "", token_fingerprint: str = ""
+        self,
+        spec: ToolSpec,
+        runtime: Runtime,
+        *,
+        protocol_version: str = "",
+        client: str = "",
+        token_fingerprint: str = "",
+        caller: Caller | None = None,
     ) -> CallContext:
         """The context of one call, with its deadline: the one place a deadline is set."""
         variables = runtime.variables
@@ -341,6 +348,7 @@ class ToolHandler:
             protocol_version=protocol_version,
             client=client,
             token_fingerprint=token_fingerprint,
+            caller=caller or Caller(token_fingerprint=token_fingerprint),
         )
 
     async def execute_tool(self, spec: ToolSpec, arguments: dict[str, Any], ctx: CallContext) -> dict[str, Any]:

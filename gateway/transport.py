@@ -18,10 +18,11 @@ from __future__ import annotations
 from typing import NamedTuple
 from urllib.parse import parse_qsl
 
+import anyio
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from gateway import auth
+from gateway import auth, oauth
 from gateway.errors import INVALID_REQUEST, PARSE_ERROR, SERVER_UNAUTHORIZED, SERVER_UNAVAILABLE, ProtocolError
 from gateway.metrics import Metrics
 from gateway.protocol import ALL_VERSIONS, Dispatcher, Endpoint, Envelope
@@ -79,6 +80,7 @@ class McpTransport:
         self.endpoints = endpoints
         self.dispatcher = dispatcher
         self.metrics = metrics
+        self.verifier = oauth.Verifier()  # the issuer's keys and validated access tokens, per worker
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = scope["path"][len(PREFIX) :]
@@ -95,6 +97,13 @@ class McpTransport:
         client = scope["client"][0] if scope.get("client") else "unknown"
         request_bytes = -1
         refusal = self._refusal(scope, endpoint, headers, client)
+        if isinstance(refusal, _KeysNeeded):  # an access token whose issuer keys must be fetched first
+            await anyio.to_thread.run_sync(self.verifier.keys.refresh, oauth.config(self.services.runtime))
+            refusal = self._refusal(scope, endpoint, headers, client, retried=True)
+        caller = None
+        if isinstance(refusal, auth.Admission):  # admitted with an access token
+            caller = refusal.caller
+            refusal = refusal.token
         if isinstance(refusal, str):  # admitted, with this token
             limit: int = self.services.runtime.variables["mcp-max_request_bytes"]
             try:
@@ -109,15 +118,18 @@ class McpTransport:
                 request_bytes = len(body)
                 version = headers.get(b"mcp-protocol-version")
                 version_text = None if version is None else version.decode("latin-1")
-                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client, refusal))
+                reply = await self._answer(body, Envelope(endpoint, version_text, headers, client, refusal, caller))
         else:
             reply = refusal
         self.metrics.exchange(name, reply.status, request_bytes, len(reply.body) if reply.answer else -1)
         await reply.send(send)
 
-    def _refusal(self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str) -> Reply | str:
+    def _refusal(
+        self, scope: Scope, endpoint: Endpoint, headers: dict[bytes, bytes], client: str, *, retried: bool = False
+    ) -> Reply | str | auth.Admission | _KeysNeeded:
         """Everything decided before the body is read: Origin, method, token, switch, content type.
-        The refusal to send, or the caller's token when it is admitted."""
+        The refusal to send, or the caller's token when it is admitted (its Admission for an OAuth
+        access token; _KeysNeeded when the issuer's keys must be fetched before deciding)."""
         runtime = self.services.runtime
         variables = runtime.variables  # Runtime.var, minus a call per lookup
         origin_bytes = headers.get(b"origin")  # already checked, with Host, by gateway.host_guard
@@ -145,30 +157,52 @@ class McpTransport:
         if variables["mcp-allow_query_token"]:
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         authorization = headers.get(b"authorization")
-        failure, token = auth.check_endpoint(
-            endpoint.name, None if authorization is None else authorization.decode("latin-1"), query, runtime
+        host_bytes = headers.get(b"host") if variables["mcp-oauth_issuer"] else None  # only OAuth needs it
+        host = None if host_bytes is None else host_bytes.decode("latin-1")
+        admission = auth.check_endpoint(
+            endpoint.name,
+            None if authorization is None else authorization.decode("latin-1"),
+            query,
+            runtime,
+            verifier=self.verifier,
+            host=host,
         )
+        failure, token = admission.failure, admission.token
+        if failure == auth.KEYS_NEEDED:
+            if not retried:
+                return _KEYS_NEEDED
+            admission = auth.Admission(
+                "jwks_unavailable",
+                refusal=oauth.OAuthRefusal(401, "invalid_token", "jwks_unavailable", "the issuer's signing keys are unavailable"),
+            )
+            failure = admission.failure
         if failure is not None:
             self.metrics.auth_failed(endpoint.name, failure, client)
             if self.services.evidence is not None:
                 self.services.evidence.event("auth_failure", endpoint=endpoint.name, client=client)
-            message = (
-                "this endpoint has no token configured and refuses every call"
-                if failure == "no_token_configured"
-                else "missing or invalid bearer token"
-            )
+            if failure == "no_token_configured":
+                message = "this endpoint has no token configured and refuses every call"
+            elif admission.refusal is not None:
+                message = admission.refusal.description
+            else:
+                message = "missing or invalid bearer token"
+            cfg = oauth.config(runtime) if variables["mcp-oauth_issuer"] else None
+            challenge = oauth.challenge(endpoint.name, cfg, oauth.trusted_host(host, runtime), admission.refusal)
+            status = admission.status
             return _rpc_error(
-                401,
+                status,
                 SERVER_UNAUTHORIZED,
                 message,
-                "UNAUTHORIZED",
-                (("WWW-Authenticate", f'Bearer realm="mcp-gateway/{endpoint.name}"'),),
+                "UNAUTHORIZED" if status == 401 else "PERMISSION_DENIED",
+                (("WWW-Authenticate", challenge),),
             )
         if not variables["mcp-enabled"]:
             return _rpc_error(503, SERVER_UNAVAILABLE, "MCP is disabled (mcp-enabled=false)", "UNAVAILABLE")
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if content_type != b"application/json":
             return _rpc_error(415, INVALID_REQUEST, "Content-Type must be application/json", "INVALID_ARGUMENT")
+        if admission.caller is not None:
+            return admission  # an access token: its caller is the identity, it is no static token to track
         self.services.token_use.seen(endpoint.name, token)  # last-used, written by the periodic flush
         return token
 
@@ -186,6 +220,10 @@ class McpTransport:
                 f"unsupported MCP-Protocol-Version {header_version!r}; supported: {', '.join(ALL_VERSIONS)}",
                 "INVALID_ARGUMENT",
             )
+        if env.caller is not None:
+            refused = self._tool_scope_refusal(message, env)
+            if refused is not None:
+                return refused
         if isinstance(message, list):
             if header_version not in (None, "2025-03-26"):
                 return _rpc_error(400, INVALID_REQUEST, "batches are not allowed after protocol 2025-03-26", "INVALID_ARGUMENT")
@@ -198,6 +236,41 @@ class McpTransport:
             return Reply(202)
         status = 400 if "error" in answer and answer["error"]["code"] in (-32020, -32022) else 200
         return Reply(status, orjson.dumps(answer), answer=True)
+
+    def _tool_scope_refusal(self, message: object, env: Envelope) -> Reply | None:
+        """403 insufficient_scope for a tools/call (or a batch holding one) whose tool needs a scope
+        the access token lacks (mcp-oauth_tool_scopes): refused before anything runs."""
+        runtime = self.services.runtime
+        cfg = oauth.config(runtime)
+        if not cfg.tool_scopes or env.caller is None:
+            return None
+        handler = env.endpoint.handler
+        for item in message if isinstance(message, list) else [message]:
+            if not isinstance(item, dict) or item.get("method") != "tools/call" or not isinstance(item.get("params"), dict):
+                continue
+            name = item["params"].get("name")
+            spec = handler.find_tool(name) if isinstance(name, str) else None
+            if spec is None:
+                continue
+            try:
+                self.verifier.check_tool(env.caller, env.endpoint.name, spec.name, cfg)
+            except oauth.OAuthRefusal as refusal:
+                self.metrics.auth_failed(env.endpoint.name, refusal.reason, env.client)
+                host = env.headers.get(b"host")
+                challenge = oauth.challenge(
+                    env.endpoint.name, cfg, oauth.trusted_host(None if host is None else host.decode("latin-1"), runtime), refusal
+                )
+                return _rpc_error(
+                    403, SERVER_UNAUTHORIZED, refusal.description, "PERMISSION_DENIED", (("WWW-Authenticate", challenge),)
+                )
+        return None
+
+
+class _KeysNeeded:
+    """The answer of `_refusal` when the issuer's keys must be fetched (in a thread) first."""
+
+
+_KEYS_NEEDED = _KeysNeeded()
 
 
 async def _read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes | None:

@@ -62,6 +62,10 @@ class Variable:
         if self.kind in ("tokens", "list"):
             # Comma separated; for tokens several values let a token rotate without downtime.
             items = tuple(part.strip() for part in raw.split(",") if part.strip())
+            if self.kind == "list" and self.choices:
+                unknown = [item for item in items if item not in self.choices]
+                if unknown:
+                    raise ConfigError(f"{self.name}: {', '.join(unknown)} not allowed; choose among {', '.join(self.choices)}")
             if self.kind == "tokens":
                 for token in items:
                     if len(token) < 16 or any(ch.isspace() for ch in token):
@@ -230,6 +234,89 @@ CORE_VARIABLES: tuple[Variable, ...] = (
 )
 
 
+_ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+OAUTH_VARIABLES: tuple[Variable, ...] = (
+    _v(
+        "mcp-oauth_issuer",
+        "url",
+        "",
+        "OAuth 2.1 / OIDC issuer whose access tokens (JWTs) the endpoints accept beside their static tokens; "
+        "its keys come from OIDC discovery unless mcp-oauth_jwks_url is set. Empty: OAuth off (no metadata served).",
+        choices=("https", "http"),
+    ),
+    _v(
+        "mcp-oauth_jwks_url",
+        "url",
+        "",
+        "The issuer's JWKS URL; empty: discovered from mcp-oauth_issuer.",
+        choices=("https", "http"),
+    ),
+    _v(
+        "mcp-oauth_endpoints",
+        "list",
+        "*",
+        "Endpoints accepting OAuth access tokens when mcp-oauth_issuer is set (comma separated; * every endpoint).",
+    ),
+    _v(
+        "mcp-oauth_resource_url",
+        "url",
+        "",
+        "Public base URL of this gateway (https://host:port): an endpoint's canonical URL, which a token's audience must "
+        "name, is <this>/mcp/<endpoint>. Empty: https://<Host> for a loopback Host or one in mcp-allowed_hosts "
+        "(other Hosts get no OAuth).",
+        choices=("https", "http"),
+    ),
+    _v(
+        "mcp-oauth_algorithms",
+        "list",
+        "RS256,PS256,ES256,EdDSA",
+        "Signing algorithms accepted on access tokens (asymmetric only: never none, never HMAC).",
+        choices=_ASYMMETRIC,
+    ),
+    _v("mcp-oauth_leeway_s", "int", 30, "Clock leeway for exp/nbf, in seconds.", minimum=0, maximum=300),
+    _v(
+        "mcp-oauth_endpoint_scopes",
+        "list",
+        "",
+        "Scopes an endpoint needs, as endpoint=scope scope items (comma separated), e.g. rag=mcp:rag mcp:read. "
+        "An endpoint not listed needs mcp:<endpoint>; endpoint= (no scope) needs none.",
+    ),
+    _v(
+        "mcp-oauth_tool_scopes",
+        "list",
+        "",
+        "Further scopes a tool needs, as endpoint/tool=scope items, e.g. query/run_sql_readonly=mcp:sql. "
+        "A token lacking one gets 403 insufficient_scope.",
+    ),
+    _v("mcp-oauth_subject_claim", "str", "sub", "The claim naming the caller (audit, digests, query rules, logs)."),
+    _v(
+        "mcp-oauth_claims",
+        "list",
+        "",
+        "Further claims carried with the caller's identity (e.g. email,groups,tenant): query rules and database "
+        "identity mappings may use them.",
+    ),
+    _v("mcp-oauth_jwks_cache_s", "int", 600, "Seconds the issuer's keys are cached per worker.", minimum=10, maximum=86400),
+    _v(
+        "mcp-oauth_http_timeout_ms",
+        "int",
+        3000,
+        "Timeout of one request to the issuer (discovery, JWKS): a down issuer fails closed within it.",
+        minimum=100,
+        maximum=30000,
+    ),
+    _v(
+        "mcp-oauth_db_settings",
+        "list",
+        "",
+        "The caller's identity as PostgreSQL settings, as setting=claim items (e.g. app.user_id=sub, app.tenant=tenant): "
+        "set with set_config(..., true) inside each statement's read-only transaction (values bound) for row-level "
+        "security policies to read with current_setting(); '' for static-token callers. Results are cached per identity.",
+    ),
+    _v("mcp-oauth_max_token_bytes", "int", 8192, "Largest access token accepted.", minimum=512, maximum=65536),
+)
+
+
 def endpoint_auth_variable(endpoint: str) -> Variable:
     """The bearer-token variable of /mcp/<endpoint>."""
     return _v(
@@ -255,7 +342,7 @@ def all_variables(extra: Iterable[Variable] = (), *, endpoints: Iterable[str] = 
     """The core variables, the token variable of each endpoint, and those handlers and backends
     declare; a duplicate name is a programming error."""
     table: dict[str, Variable] = {}
-    for variable in (*CORE_VARIABLES, *(endpoint_auth_variable(e) for e in endpoints), *extra):
+    for variable in (*CORE_VARIABLES, *OAUTH_VARIABLES, *(endpoint_auth_variable(e) for e in endpoints), *extra):
         if variable.name in table:
             raise RuntimeError(f"variable {variable.name} declared twice")
         if not variable.help:

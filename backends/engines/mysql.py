@@ -106,6 +106,8 @@ NO_SUCH_TABLE_CODE = 1146  # ER_NO_SUCH_TABLE: the caller named a table the data
 USER_ERROR_CODES = frozenset(
     {1044, 1049, 1051, 1052, 1054, 1060, 1064, 1109, 1142, 1143, 1146, 1222, 1241, 1242, 1248, 1305, 1582, 1583, 1630}
 )
+# The account's grants refuse it (table, column, database access denied): PERMISSION_DENIED.
+PRIVILEGE_CODES = frozenset({1044, 1142, 1143})
 # The value sent cannot be compared or stored: illegal mix of collations (a character outside
 # utf8mb3 against the catalog), incorrect string value, invalid character string.
 BAD_VALUE_CODES = frozenset({1267, 1270, 1271, 1300, 1366})
@@ -118,6 +120,7 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
     TIMEOUT_CODES                          DeadlineExceeded
     READ_ONLY_CODES                        InvalidArgument (a write was refused)
     1146 (no such table)                   NotFound naming it
+    PRIVILEGE_CODES                        PermissionDenied naming the privilege and object
     USER_ERROR_CODES                       InvalidArgument naming it (the caller's own words)
     OperationalError, client side (>= 2000, 0)   Unavailable
     DataError, BAD_VALUE_CODES             BadValue (the number and class only)
@@ -134,6 +137,8 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
         return InvalidArgument("the database refused to write: the statement runs in a read-only transaction")
     if errno == NO_SUCH_TABLE_CODE and len(exc.args) > 1:
         return NotFound(f"the database rejected the statement ({errno}): {exc.args[1]}")
+    if errno in PRIVILEGE_CODES and len(exc.args) > 1:  # the account's grants refuse it
+        return PermissionDenied(f"the target's account lacks the privilege ({errno}): {exc.args[1]}")
     if errno in USER_ERROR_CODES and len(exc.args) > 1:
         return InvalidArgument(f"the database rejected the statement ({errno}): {exc.args[1]}")
     if isinstance(exc, pymysql.err.OperationalError) and (errno >= 2000 or errno == 0):

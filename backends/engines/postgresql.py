@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import hmac
 import itertools
@@ -171,6 +172,7 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
     QueryCanceled                          DeadlineExceeded (the statement timeout)
     ReadOnlySqlTransaction                 InvalidArgument (a write was refused)
     UndefinedTable (42P01)                 NotFound naming it
+    42501 (insufficient_privilege)         PermissionDenied naming the object
     42xxx with a primary message           InvalidArgument naming it (syntax, access: the caller's own words)
     DataError                              BadValue (a value sent or loaded)
     any other SQLSTATE but 08xxx           InvalidArgument (SQLSTATE and class only)
@@ -187,6 +189,8 @@ def translate(exc: BaseException, *, timeout_ms: int = 0) -> GatewayError:
         return InvalidArgument("the database refused to write: the statement runs in a read-only transaction")
     if isinstance(exc, psycopg.errors.UndefinedTable) and exc.diag.message_primary:  # 42P01: the caller's table
         return NotFound(f"the database rejected the statement ({state}): {exc.diag.message_primary}")
+    if state == "42501" and exc.diag.message_primary:  # insufficient_privilege: the account's grants refuse it
+        return PermissionDenied(f"the target's account lacks the privilege (PostgreSQL 42501): {exc.diag.message_primary}")
     if state.startswith("42") and exc.diag.message_primary:  # syntax/access: names only what the caller wrote
         return InvalidArgument(f"the database rejected the statement ({state}): {exc.diag.message_primary}")
     bad_value = isinstance(exc, psycopg.DataError)
@@ -331,6 +335,7 @@ def _run_pgsql(
     max_bytes: int,
     schema: str | None,
     params: Sequence[Any] | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> tuple:
     if schema and "\x00" in schema:
         raise InvalidArgument("a schema name cannot contain a NUL character")
@@ -340,10 +345,13 @@ def _run_pgsql(
     if params is not None and not _PG_PIPELINE:
         raise Unavailable("custom SQL tools on PostgreSQL need libpq 14 or later (pipeline mode)")
     try:
-        if params is not None:
+        if params is not None:  # bound values need the pipeline (checked above)
             return _pg_pipelined(
-                conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
-            )
+                conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params,
+                settings=settings,
+            )  # fmt: skip
+        if settings:
+            return run(conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, settings=settings)
         return run(conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema)
     except psycopg.Error as exc:
         raise translate(exc, timeout_ms=timeout_ms) from exc
@@ -480,8 +488,10 @@ def _pg_pipelined(
     max_bytes: int,
     schema: str | None,
     params: Sequence[Any] | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> tuple:
     encoding = conn.info.encoding
+    extra = settings  # the caller's identity; `settings` and `params` below are the preamble's
     bound = None
     if params is not None:  # $n placeholders: psycopg's own dumpers make each value's wire form and type
         transformer = pgadapt.Transformer(conn)
@@ -492,6 +502,12 @@ def _pg_pipelined(
         settings, params = _PG_SETTINGS, [str(timeout_ms).encode()]
         if schema:
             settings, params = _PG_SETTINGS_SCHEMA, [*params, schema.encode(encoding)]
+        if extra:  # the caller's identity, in the same transaction-local SELECT: names and values bound
+            first = len(params) + 1
+            settings += b"".join(
+                b", pg_catalog.set_config($%d, $%d, true)" % (first + 2 * i, first + 2 * i + 1) for i in range(len(extra))
+            )
+            params = [*params, *(item.encode(encoding) for pair in extra.items() for item in pair)]
     except UnicodeEncodeError:
         raise InvalidArgument(
             f"the statement or schema has characters the database's encoding ({encoding}) cannot hold"
@@ -622,9 +638,21 @@ def _pg_setup(conn: psycopg.Connection, timeout_ms: int, schema: str | None) -> 
 
 
 def _pg_three_trips(
-    conn: psycopg.Connection, sql: str, *, timeout_ms: int, max_rows: int, max_bytes: int, schema: str | None
+    conn: psycopg.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    schema: str | None,
+    settings: Mapping[str, str] | None = None,
 ) -> tuple:
     _pg_exec(conn, _pg_setup(conn, timeout_ms, schema))
+    if settings:  # inside the read-only transaction, transaction-local, every name and value bound
+        names = list(settings)
+        query = "SELECT " + ", ".join("pg_catalog.set_config(%s, %s, true)" for _ in names)
+        with conn.cursor() as cur:
+            cur.execute(query, [item for name in names for item in (name, settings[name])])
     with conn.cursor() as cur:
         # stream() always uses the extended protocol (Parse takes exactly one statement)
         # and hands rows over one by one, so rows past the caps are never held.
@@ -1242,6 +1270,47 @@ class PostgreSQL:
     @staticmethod
     def bound_placeholder(position: int) -> str:
         return f"${position}"
+
+    @staticmethod
+    def execute_with_settings(
+        conn: psycopg.Connection,
+        sql: str,
+        settings: Mapping[str, str],
+        *,
+        timeout_ms: int,
+        max_rows: int,
+        max_bytes: int,
+        schema: str | None = None,
+        params: Sequence[Any] | None = None,
+    ) -> ResultSet:
+        """`execute`, with custom settings (app.user_id...) set transaction-locally inside the
+        read-only transaction, names and values bound (set_config(..., true)): row-level security
+        policies read them with current_setting(); they end with the transaction, so a pooled
+        session never carries them into the next call (backends/sql.py: the caller's identity)."""
+        run = functools.partial(_run_pgsql, settings=settings)
+        return timed_run(
+            run, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
+        )
+
+    local_settings = True  # has execute_with_settings
+
+    @staticmethod
+    @contextlib.contextmanager
+    def settings_scope(conn: psycopg.Connection, settings: Mapping[str, str]) -> Iterator[None]:
+        """A read-only transaction holding `settings` (set_config(..., true), bound) for reads
+        outside `execute` (rag.fetch_from_source); rolled back at the end, whatever happened."""
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        conn.execute("BEGIN READ ONLY")
+        try:
+            names = list(settings)
+            conn.execute(
+                "SELECT " + ", ".join("pg_catalog.set_config(%s, %s, true)" for _ in names),
+                [item for name in names for item in (name, settings[name])],
+            )
+            yield
+        finally:
+            _pg_end(conn)
 
     @staticmethod
     def explain_prefix(conn: psycopg.Connection, *, analyze: bool) -> str:

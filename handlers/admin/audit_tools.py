@@ -37,6 +37,7 @@ class AuditRow(ToolOutput):
     after: Any
     outcome: str = Field(description="ok, or the error code the change failed with.")
     message: str
+    subject: str = Field(default="", description="Who an OAuth access token named ('' for a static token).")
 
 
 class AuditOut(ToolOutput):
@@ -74,7 +75,7 @@ class AuditTools:
 
     @tool("admin.audit", title="Read the audit trail", read_only=True)
     def audit(self, args: AuditIn, ctx: CallContext) -> AuditOut:
-        """Read the audit trail of administrative changes, newest first: when, endpoint, token fingerprint, client, tool and arguments, before/after (secrets masked), outcome."""
+        """Read the audit trail of administrative changes, newest first: when, endpoint, token fingerprint, OAuth subject, client, tool and arguments, before/after (secrets masked), outcome."""
         found, truncated = audit.read(self.store, since=_since(args.since), limit=args.limit, action=args.action)
         return AuditOut(rows=[AuditRow(**row) for row in found], truncated=truncated)
 

@@ -12,6 +12,7 @@ UNAVAILABLE, ...) while the others are still served.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from backends.pools import TargetPools
 from backends.retrieval.ingest.sources_config import SourceSpec
 from backends.retrieval.protocols import SearchIndex
+from backends.sql import identity_settings
 from backends.targets import Target, default_schema
 from backends.values import json_safe
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, LimitExceeded, NotFound, Unavailable
@@ -171,7 +173,7 @@ class FetchTools:
                 spec = specs.get(doc["source_id"])
                 if spec is None:
                     raise NotFound(f"source {doc['source_name']} is no longer configured (runtime_rag_sources)")
-                row = self._fetch_one(pools, spec, doc, args.columns, tables)
+                row = self._fetch_one(pools, spec, doc, args.columns, tables, identity_settings(ctx))
             except GatewayError as exc:
                 errors.append(FetchError(doc_id=doc_id, code=exc.code, message=exc.message))
                 continue
@@ -215,7 +217,12 @@ class FetchTools:
 
     @staticmethod
     def _fetch_one(
-        pools: TargetPools, spec: SourceSpec, doc: dict[str, Any], columns: list[str] | None, tables: dict[int, Any]
+        pools: TargetPools,
+        spec: SourceSpec,
+        doc: dict[str, Any],
+        columns: list[str] | None,
+        tables: dict[int, Any],
+        identity: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
         try:
             target = pools.resolve(spec.target_id)
@@ -225,7 +232,7 @@ class FetchTools:
         if isinstance(cached, GatewayError):
             raise cached  # the same failure for every document of this source
         try:
-            return FetchTools._read_row(pools, target, spec, doc, columns, tables)
+            return FetchTools._read_row(pools, target, spec, doc, columns, tables, identity)
         except Unavailable as exc:
             tables[spec.source_id] = exc  # do not wait for an unreachable target once per document
             raise
@@ -238,6 +245,7 @@ class FetchTools:
         doc: dict[str, Any],
         columns: list[str] | None,
         tables: dict[int, Any],
+        identity: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
         cached = tables.get(spec.source_id)
         with pools.connection(target.target_id) as (target, conn):
@@ -253,13 +261,16 @@ class FetchTools:
                 if missing:
                     raise NotFound(f"the index entry lacks key column(s) {', '.join(missing)}")
                 params = tuple(doc["pk"][k] for k in spec.pk_columns)
-                cursor = conn.cursor()
-                try:
-                    cursor.execute(cached.sql, params)
-                    names = [d[0] for d in cursor.description]
-                    found = cursor.fetchone()
-                finally:
-                    cursor.close()
+                scope = getattr(target.engine, "settings_scope", None)
+                # the caller's identity (mcp-oauth_db_settings), for row-level security, as in backends/sql.py
+                with scope(conn, identity) if identity and scope is not None else contextlib.nullcontext():
+                    cursor = conn.cursor()
+                    try:
+                        cursor.execute(cached.sql, params)
+                        names = [d[0] for d in cursor.description]
+                        found = cursor.fetchone()
+                    finally:
+                        cursor.close()
             except GatewayError:
                 raise
             except target.engine.errors as exc:
