@@ -177,10 +177,17 @@ def check_tree(tree: exp.Expression, rules: ReadOnlyRules) -> None:
                 raise refuse(f"the credential catalog {node.sql()} is not readable through the gateway")
 
 
-def _parse_one(sql: str, dialect: str) -> exp.Expression:
+def _parse_one(sql: str, dialect: str, misread: tuple[tuple[str, str], ...] = ()) -> exp.Expression:
     tokenizer, parser = _tools(dialect)
     try:
-        statements = [s for s in parser.parse(tokenizer.tokenize(sql), sql) if s is not None]
+        tokens = tokenizer.tokenize(sql)
+        for index, token in enumerate(tokens if misread else ()):
+            # OPERATOR(<=>) and OPERATOR(schema.<=>) name the engine's own operator: kept as written
+            named = index > 0 and tokens[index - 1].token_type in (TokenType.L_PAREN, TokenType.DOT)
+            for type_name, why in misread:
+                if token.token_type.name == type_name and not named:
+                    raise refuse(why)
+        statements = [s for s in parser.parse(tokens, sql) if s is not None]
     except SqlglotError:
         raise refuse(_unparsed_reason(sql)) from None
     if len(statements) != 1:
@@ -335,7 +342,7 @@ def _check_cached(sql: str, rules: ReadOnlyRules, row_cap: int | None) -> Checke
         return CheckedStatement(sql=f"SHOW {match.group(1)}", kind="show", dialect=dialect)
     explain = _explain_inner(sql, rules)
     prefix, body = explain if explain else ("", sql)
-    tree = _parse_one(body, dialect)
+    tree = _parse_one(body, dialect, rules.misread_tokens)
     while isinstance(tree, exp.Subquery) and isinstance(tree.this, exp.Query) and not tree.args.get("limit"):
         tree = tree.this  # (SELECT ...) at the top: the parentheses add nothing, and hide the LIMIT
     kind = _root_kind(tree, rules)

@@ -71,6 +71,10 @@ class ReadOnlyRules:
     show_setting: bool = False  # SHOW <setting> read on the raw text (PostgreSQL)
     explain_query_plan: bool = False  # EXPLAIN QUERY PLAN <select> (SQLite)
     explain_options_in_parentheses: bool = False  # EXPLAIN ( ... ) are options, never a query (PostgreSQL)
+    # Tokens the parser reads as another engine's operator, so the regenerated text would mean
+    # something else (PostgreSQL's `<=>` is pgvector's distance, sqlglot's MySQL null-safe
+    # equality): sqlglot token type name -> why it is refused and what to write instead.
+    misread_tokens: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

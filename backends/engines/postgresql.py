@@ -156,6 +156,13 @@ READONLY = ReadOnlyRules(
     denied_tables=frozenset({"pg_authid", "pg_shadow", "pg_user_mapping", "pg_user_mappings"}),
     show_setting=True,
     explain_options_in_parentheses=True,
+    misread_tokens=(
+        (
+            "NULLSAFE_EQ",
+            "`<=>` is pgvector's cosine distance on PostgreSQL, which the check would read as another "
+            "engine's null-safe equality; write `embedding OPERATOR(<=>) query_vector` (or use rag.similarity_search)",
+        ),
+    ),
 )
 
 # -- driver errors: the one table of what psycopg's exceptions mean for the gateway --------------
