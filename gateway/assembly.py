@@ -23,6 +23,8 @@ from backends.result_cache.embedded import EmbeddedStore
 from backends.result_cache.store import StoreUnavailable
 from backends.sql import ReadOnlySql
 from gateway.data_files import DataFiles
+from gateway.prompts import PROMPTS_MODULE
+from gateway.resources import RESOURCE_VARIABLES
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore
 from gateway.tools import ToolHandler
@@ -44,7 +46,7 @@ def endpoints() -> tuple[str, ...]:
 def declared_variables() -> dict[str, Variable]:
     handler_variables = (v for cls in HANDLER_CLASSES for v in cls.variables)
     disabled = (tools_disabled_variable(e) for e in endpoints())
-    return all_variables((*BACKEND_VARIABLES, *handler_variables, *disabled), endpoints=endpoints())
+    return all_variables((*BACKEND_VARIABLES, *RESOURCE_VARIABLES, *handler_variables, *disabled), endpoints=endpoints())
 
 
 def builtin_tools() -> dict[str, dict[str, bool]]:
@@ -62,6 +64,7 @@ def config_modules() -> list[ConfigModule]:
     return [
         *BACKEND_CONFIG_MODULES,
         tools_module(builtin_tools()),
+        PROMPTS_MODULE,
         *(m for cls in HANDLER_CLASSES for m in cls.config_modules),
     ]
 
