@@ -35,7 +35,6 @@ from gateway.resources import JSON_MIME, RESOURCES_LIST_MAX, encode_payload, set
 from gateway.tokens import fingerprint
 
 if TYPE_CHECKING:
-    from gateway.protocol import Envelope
     from gateway.services import Services
     from gateway.tools import ToolHandler
 
@@ -46,7 +45,8 @@ LIST_TTL_MS = 5_000  # as tools/list: a LOAD changes what is listed without a re
 READ_TTL_MS = 0  # a resource is read fresh: rows and the index change under it
 INVALID = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "LIMIT_EXCEEDED", "PERMISSION_DENIED"})
 
-Method = Callable[[dict[str, Any], "Envelope", str], Awaitable[dict[str, Any]]]
+Method = Callable[[dict[str, Any], Any, str], Awaitable[dict[str, Any]]]
+Envelope = Any  # gateway.protocol.Envelope (which imports this module)
 
 
 class ResourceAndPromptMethods:
@@ -95,7 +95,9 @@ class ResourceAndPromptMethods:
             raise ProtocolError(METHOD_NOT_FOUND, f"/mcp/{env.endpoint.name} serves no resources", error_code="NOT_FOUND")
         if env.endpoint.down_reason or env.endpoint.handler.down_reason:
             reason = env.endpoint.down_reason or env.endpoint.handler.down_reason
-            raise ProtocolError(SERVER_UNAVAILABLE, f"/mcp/{env.endpoint.name} is unavailable: {reason}", error_code="UNAVAILABLE")
+            raise ProtocolError(
+                SERVER_UNAVAILABLE, f"/mcp/{env.endpoint.name} is unavailable: {reason}", error_code="UNAVAILABLE"
+            )
         return source
 
     async def _guarded(self, ctx: CallContext, work: Awaitable[Any]) -> Any:
@@ -104,10 +106,17 @@ class ResourceAndPromptMethods:
             async with asyncio.timeout(ctx.remaining_s()):
                 return await work
         except TimeoutError:
-            raise ProtocolError(SERVER_UNAVAILABLE, f"{ctx.tool_name} did not finish within its deadline", error_code="DEADLINE_EXCEEDED") from None
+            raise ProtocolError(
+                SERVER_UNAVAILABLE, f"{ctx.tool_name} did not finish within its deadline", error_code="DEADLINE_EXCEEDED"
+            ) from None
         except GatewayError as exc:
             code = INVALID_PARAMS if exc.code in INVALID else SERVER_UNAVAILABLE if exc.code == "UNAVAILABLE" else INTERNAL_ERROR
-            raise ProtocolError(code, exc.message, error_code=exc.code, data=exc.to_dict().get("details") and {"details": exc.to_dict()["details"]}) from None
+            raise ProtocolError(
+                code,
+                exc.message,
+                error_code=exc.code,
+                data=exc.to_dict().get("details") and {"details": exc.to_dict()["details"]},
+            ) from None
 
     # -- resources -------------------------------------------------------------------------
     async def resources_list(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
@@ -155,7 +164,9 @@ class ResourceAndPromptMethods:
         name, arguments = params.get("name"), params.get("arguments") or {}
         prompt = prompts.get(name) if isinstance(name, str) else None
         if prompt is None:
-            raise ProtocolError(INVALID_PARAMS, f"unknown prompt {str(name)[:100]!r} on /mcp/{env.endpoint.name}", error_code="NOT_FOUND")
+            raise ProtocolError(
+                INVALID_PARAMS, f"unknown prompt {str(name)[:100]!r} on /mcp/{env.endpoint.name}", error_code="NOT_FOUND"
+            )
         if not isinstance(arguments, dict):
             raise ProtocolError(INVALID_PARAMS, "arguments must be an object of strings")
         try:

@@ -69,9 +69,15 @@ class Prompt:
         declared = {a.name: a for a in self.arguments}
         unknown = sorted(set(values) - set(declared))
         if unknown:
-            raise ValueError(f"prompt {self.name} has no argument(s) {', '.join(unknown)[:300]}; it takes {', '.join(declared) or 'none'}")
+            raise ValueError(
+                f"prompt {self.name} has no argument(s) {', '.join(unknown)[:300]}; it takes {', '.join(declared) or 'none'}"
+            )
         problems = [f"{name} must be a string" for name, value in values.items() if not isinstance(value, str)]
-        problems += [f"{name} is over {MAX_VALUE} characters" for name, value in values.items() if isinstance(value, str) and len(value) > MAX_VALUE]
+        problems += [
+            f"{name} is over {MAX_VALUE} characters"
+            for name, value in values.items()
+            if isinstance(value, str) and len(value) > MAX_VALUE
+        ]
         missing = [a.name for a in self.arguments if a.required and not values.get(a.name)]
         problems += [f"{name} is required" for name in missing]
         if problems:
@@ -149,7 +155,9 @@ def compile_prompt(row: Mapping[str, Any], errors: list[str]) -> Prompt | None:
     )  # fmt: skip
 
 
-def build_prompts(memory: Mapping[str, list[dict[str, Any]]], _variables: Mapping[str, Variable]) -> dict[str, list[dict[str, Any]]]:
+def build_prompts(
+    memory: Mapping[str, list[dict[str, Any]]], _variables: Mapping[str, Variable]
+) -> dict[str, list[dict[str, Any]]]:
     """ConfigModule.build for MCP PROMPTS: every row must compile, else nothing changes."""
     errors: list[str] = []
     rows = memory["mcp_prompts"]

@@ -5,7 +5,7 @@ templates it answers (`resources/templates/list`), the concrete resources it lis
 (`resources/list`, bounded and paged) and `read(uri, ctx)`, which answers a JSON payload or
 raises a GatewayError (NOT_FOUND for a URI it does not serve or that a rule hides). The same read
 serves `resources/read` and the `read_resource` tool (`ResourceTools`, a tool group a handler
-composes), for clients without resource support (pgEdge's answer).
+composes, gateway/resource_tools.py), for clients without resource support (pgEdge's answer).
 
 Bounds: a listing holds at most mcp-resources_list_max resources (then `truncated` in `_meta`),
 served mcp-tools_page_size per page; a read runs under the endpoint's deadline (mcp-timeout_ms)
@@ -21,11 +21,9 @@ from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 import orjson
-from pydantic import Field
 
 from gateway.call import CallContext
-from gateway.errors import InvalidArgument, LimitExceeded, NotFound
-from gateway.tools import ToolInput, ToolOutput, tool
+from gateway.errors import LimitExceeded, NotFound
 from gateway.variables import Variable
 
 JSON_MIME = "application/json"
@@ -130,47 +128,3 @@ def encode_payload(payload: Any, ctx: CallContext, uri: str) -> str:
             details={"bytes": len(text.encode()), "max_bytes": cap},
         )
     return text
-
-
-# -- the read_resource tool ----------------------------------------------------------------
-
-
-class ReadResourceIn(ToolInput):
-    uri: str | None = Field(
-        None, max_length=2048, description="The resource to read (from list=true or a template); omitted with list=true."
-    )
-    list_: bool = Field(False, alias="list", description="true: list the resources and URI templates instead of reading.")
-
-
-class ReadResourceOut(ToolOutput):
-    uri: str | None = None
-    mime_type: str | None = None
-    contents: Any = Field(None, description="The resource's JSON payload (read).")
-    resources: list[dict[str, Any]] = Field(default_factory=list, description="list=true: the resources listed.")
-    templates: list[dict[str, Any]] = Field(default_factory=list, description="list=true: the URI templates.")
-    truncated: bool = Field(False, description="list=true: more resources exist than mcp-resources_list_max shows.")
-
-
-class ResourceTools:
-    """read_resource: the endpoint's MCP resources as a tool, for clients that do not speak
-    resources/*. Takes the source its handler's `resources()` hook returns."""
-
-    def __init__(self, source: ResourceSource) -> None:
-        self.source = source
-
-    @tool("read_resource", title="Read a resource", read_only=True)
-    async def read_resource(self, args: ReadResourceIn, ctx: CallContext) -> ReadResourceOut:
-        """Read one of this endpoint's MCP resources by URI (the same as resources/read), or
-        list=true to see the resources and URI templates it serves. For clients that do not
-        support MCP resources. Payloads are JSON; a URI this endpoint does not serve, or that a
-        query rule hides, is NOT_FOUND."""
-        if args.list_:
-            entries, more = await self.source.listing(ctx, setting(ctx, RESOURCES_LIST_MAX))
-            return ReadResourceOut(
-                resources=entries, templates=[t.describe() for t in self.source.templates], truncated=more
-            )
-        if not args.uri:
-            raise InvalidArgument("read_resource needs a uri (or list=true)")
-        payload = await self.source.read(args.uri, ctx)
-        encode_payload(payload, ctx, args.uri)  # the same byte cap as resources/read
-        return ReadResourceOut(uri=args.uri, mime_type=JSON_MIME, contents=payload)

@@ -11,7 +11,8 @@ from pydantic import Field
 
 from gateway import __version__, audit, workers
 from gateway.errors import GatewayError, NotFound
-from gateway.resources import ResourceTemplate, ResourceTools, resource, unknown
+from gateway.resource_tools import ResourceTools
+from gateway.resources import ResourceTemplate, resource, unknown
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 # get_status waits at most this long on the cluster database (its connect timeout is 2 s, its

@@ -18,7 +18,6 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -94,7 +93,7 @@ def gateway(mariadb_db: dict, postgres_db: dict, tmp_path_factory: pytest.TempPa
                 "LOAD MCP QUERY RULES TO RUNTIME",
                 "INSERT INTO mcp_prompts (endpoint, prompt_name, title, description, arguments, template) VALUES "
                 "('query', 'top_customers', 'Top customers', 'Who orders most', "
-                "'[{\"name\": \"n\", \"description\": \"how many\", \"required\": true}]', "
+                '\'[{"name": "n", "description": "how many", "required": true}]\', '
                 "'List the top {n} customers by number of orders, with their totals.')",
                 "LOAD MCP PROMPTS TO RUNTIME",
                 "SAVE MCP PROMPTS TO DISK",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from gateway.prompts import Prompt
-from gateway.resources import ResourceTools
+from gateway.resource_tools import ResourceTools
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
 from gateway.tools import ToolHandler

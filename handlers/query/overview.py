@@ -34,7 +34,9 @@ MAX_FULL_TABLES = 500  # tables described in detail=full
 ENVELOPE_BYTES = 4096  # room kept for the rest of the answer under the byte cap
 
 
-def visible_tables(sql: ReadOnlySql, ctx: CallContext, target: Target, catalog: Any, schema: str, limit: int) -> tuple[list[dict[str, Any]], int]:
+def visible_tables(
+    sql: ReadOnlySql, ctx: CallContext, target: Target, catalog: Any, schema: str, limit: int
+) -> tuple[list[dict[str, Any]], int]:
     """The tables of a schema a caller may see (name order, at most `limit` read), and how many rules hid."""
     rows = catalog.tables(schema, "", limit, None)
     shown = [r for r in rows if not sql.hides_table(ctx.runtime, target, schema, r["name"])]
@@ -78,7 +80,10 @@ def _json_bytes(value: Any) -> int:
 class SchemaInfoIn(ToolInput):
     target_id: str | None = Field(None, max_length=64, description="Target to describe; omitted: the default target.")
     schema_: str | None = Field(
-        None, alias="schema", max_length=256, description=f"One schema; omitted: every schema of the target (at most {MAX_SCHEMAS})."
+        None,
+        alias="schema",
+        max_length=256,
+        description=f"One schema; omitted: every schema of the target (at most {MAX_SCHEMAS}).",
     )
     detail: Literal["names", "summary", "full"] | None = Field(
         None,
@@ -180,13 +185,31 @@ class OverviewTools:
         )  # fmt: skip
 
     @staticmethod
-    def _suggestions(target: Target, per_schema: list[tuple[str, list[dict[str, Any]]]], detail: str, truncated: bool) -> list[dict[str, Any]]:
+    def _suggestions(
+        target: Target, per_schema: list[tuple[str, list[dict[str, Any]]]], detail: str, truncated: bool
+    ) -> list[dict[str, Any]]:
         """The next calls: the biggest schema's listing suggestions, and a full look at a few tables."""
         if not per_schema:
             return []
         schema, tables = max(per_schema, key=lambda item: len(item[1]))
-        calls = [{"tool": "get_schema_info", "arguments": {"target_id": target.target_id, "schema": schema, "detail": "full", "name_filter": "<part of a table name>"}}]
+        calls = [
+            {
+                "tool": "get_schema_info",
+                "arguments": {
+                    "target_id": target.target_id,
+                    "schema": schema,
+                    "detail": "full",
+                    "name_filter": "<part of a table name>",
+                },
+            }
+        ]
         for t in sorted((t for t in tables if t["rows_estimate"]), key=lambda t: -t["rows_estimate"])[:3]:
-            calls.append({"tool": "describe_table", "arguments": {"target_id": target.target_id, "schema": schema, "table": t["name"]}})
-        calls += [c for c in listing_calls(target.target_id, schema, tables) if c["tool"] != "list_tables" or "name_filter" in c["arguments"]]
+            calls.append(
+                {"tool": "describe_table", "arguments": {"target_id": target.target_id, "schema": schema, "table": t["name"]}}
+            )
+        calls += [
+            c
+            for c in listing_calls(target.target_id, schema, tables)
+            if c["tool"] != "list_tables" or "name_filter" in c["arguments"]
+        ]
         return calls[:10]

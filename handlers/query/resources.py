@@ -78,7 +78,11 @@ class QueryResources:
         for target in self.pools.targets():
             if len(found) >= limit:
                 return found, True
-            found.append(resource(TARGET.expand(target_id=target.target_id), target.target_id, f"Target {target.target_id}", target.description))
+            found.append(
+                resource(
+                    TARGET.expand(target_id=target.target_id), target.target_id, f"Target {target.target_id}", target.description
+                )
+            )
             if not target.allow_discovery:
                 continue
             try:
@@ -87,13 +91,26 @@ class QueryResources:
                         ctx.check_deadline()
                         if len(found) >= limit:
                             return found, True
-                        found.append(resource(SCHEMA.expand(target_id=target.target_id, schema=schema), f"{target.target_id}/{schema}", f"Schema {schema} of {target.target_id}"))
+                        found.append(
+                            resource(
+                                SCHEMA.expand(target_id=target.target_id, schema=schema),
+                                f"{target.target_id}/{schema}",
+                                f"Schema {schema} of {target.target_id}",
+                            )
+                        )
                         tables, _hidden = visible_tables(self.sql, ctx, target, catalog, schema, limit - len(found) + 1)
                         for t in tables:
                             if len(found) >= limit:
                                 return found, True
                             uri = TABLE.expand(target_id=target.target_id, schema=schema, table=t["name"])
-                            found.append(resource(uri, f"{target.target_id}/{schema}/{t['name']}", f"{t['type'].replace('_', ' ').capitalize()} {schema}.{t['name']}", t["comment"] or ""))
+                            found.append(
+                                resource(
+                                    uri,
+                                    f"{target.target_id}/{schema}/{t['name']}",
+                                    f"{t['type'].replace('_', ' ').capitalize()} {schema}.{t['name']}",
+                                    t["comment"] or "",
+                                )
+                            )
             except GatewayError as exc:  # an unreachable target is listed alone; the others still are
                 log.info("resources/list: target %s not listed further (%s)", target.target_id, exc.code)
         return found, False
@@ -107,7 +124,9 @@ class QueryResources:
         if target.allow_discovery:
             with self.readers.open(target.target_id, "resources/read") as (target, catalog):
                 schemas = catalog.schemas("", MAX_SCHEMAS + 1)
-            out["schemas"] = [{"schema": s, "uri": SCHEMA.expand(target_id=target.target_id, schema=s)} for s in schemas[:MAX_SCHEMAS]]
+            out["schemas"] = [
+                {"schema": s, "uri": SCHEMA.expand(target_id=target.target_id, schema=s)} for s in schemas[:MAX_SCHEMAS]
+            ]
             out["truncated"] = len(schemas) > MAX_SCHEMAS
         return out
 
@@ -155,10 +174,10 @@ EXPLORE = Prompt(
     ),
     template=(
         "Goal: {goal}\n\n"
-        "Explore the database of target \"{target_id}\" (empty: the default target) in three calls before querying it:\n"
-        "1. get_schema_info with target_id=\"{target_id}\" and no detail: the whole schema, or a summary with suggested "
+        'Explore the database of target "{target_id}" (empty: the default target) in three calls before querying it:\n'
+        '1. get_schema_info with target_id="{target_id}" and no detail: the whole schema, or a summary with suggested '
         "next calls when it is large.\n"
-        "2. get_schema_info with detail=\"full\" and the schema plus a name_filter for the tables the goal concerns "
+        '2. get_schema_info with detail="full" and the schema plus a name_filter for the tables the goal concerns '
         "(columns, keys, foreign keys, indexes); follow suggested_calls if step 1 was summarized.\n"
         "3. sample_rows on the most relevant table to see real values.\n"
         "Then answer the goal with one run_sql_readonly statement that joins on the foreign keys you found, and say which "
@@ -183,7 +202,8 @@ def query_prompts(catalog: DiscoveryCatalog) -> list[Prompt]:
     prompts = [EXPLORE]
     try:
         rows = catalog.memory().question_templates(QUESTION_PROMPTS)
-    except GatewayError:
+    except Exception:  # noqa: BLE001 - an unreadable catalog must not take the built-in prompts down
+        log.warning("prompts/list: the question templates could not be read", exc_info=True)
         return prompts
     for row in rows:
         parameters = [p for p in json.loads(row["parameters_json"] or "[]") if isinstance(p, str)]
@@ -192,10 +212,12 @@ def query_prompts(catalog: DiscoveryCatalog) -> list[Prompt]:
                 name=f"question_template_{row['template_id']}",
                 title=row["question"][:100],
                 description=f"Answer a recorded question on target {row['target_id']}: {row['question']}"[:2000],
-                arguments=tuple(PromptArgument(p, f"The value of {{{p}}} in the SQL template.", required=True) for p in parameters),
+                arguments=tuple(
+                    PromptArgument(p, f"The value of {{{p}}} in the SQL template.", required=True) for p in parameters
+                ),
                 template=(
                     f"Question: {row['question']}\n\nOn target {row['target_id']}, run this statement with run_sql_readonly "
-                    f"(target_id=\"{row['target_id']}\") and answer the question from its rows:\n\n{row['sql_template']}"
+                    f'(target_id="{row["target_id"]}") and answer the question from its rows:\n\n{row["sql_template"]}'
                 ),
                 quote=sql_literal,
                 origin="question_template",

@@ -36,7 +36,7 @@ from backends.retrieval.storage.sqlite.index import RagIndex
 from backends.retrieval.variables import RAG_VARIABLES
 from gateway.data_files import DataFiles
 from gateway.prompts import Prompt
-from gateway.resources import ResourceTools
+from gateway.resource_tools import ResourceTools
 from gateway.runtime import Runtime
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore

@@ -75,9 +75,7 @@ class RagResources:
         return {
             "source": name,
             "enabled": bool(enabled),
-            "documents": [
-                {"doc_id": d, "title": t, "uri": DOCUMENT.expand(doc_id=d)} for d, t in docs[:MAX_SOURCE_DOCS]
-            ],
+            "documents": [{"doc_id": d, "title": t, "uri": DOCUMENT.expand(doc_id=d)} for d, t in docs[:MAX_SOURCE_DOCS]],
             "truncated": len(docs) > MAX_SOURCE_DOCS,
         }
 
