@@ -188,6 +188,18 @@ def test_resources_listed_and_read_on_three_engines(gateway: GatewayProcess, mar
                 with pytest.raises(MCPError) as blocked:
                     await client.read_resource(f"{base}/secrets")
                 assert blocked.value.code == -32602 and blocked.value.data["code"] == "NOT_FOUND"
+            for attack in (
+                "db://lite/main/SECRETS",  # SQLite reads it whatever the case: the rule is asked as the catalog spells it
+                "db://lite/main/Secrets",
+                "db://pg/public/secret",  # a near miss: the error's closest names must not reveal the hidden table
+                "db://pg/public/..%2Fsecrets",
+                "db://pg/public%2Fsecrets",
+            ):
+                with pytest.raises(MCPError) as hidden:
+                    await client.read_resource(attack)
+                assert hidden.value.code == -32602 and hidden.value.data["code"] == "NOT_FOUND", attack
+                closest = hidden.value.data.get("details", {}).get("closest", [])
+                assert "secrets" not in [n.lower() for n in closest] and "closest: secrets" not in str(hidden.value), attack
             with pytest.raises(MCPError) as missing:
                 await client.read_resource("db://nope/x/y")
             assert missing.value.code == -32602 and missing.value.data["code"] == "NOT_FOUND"
@@ -302,3 +314,25 @@ def test_schema_overview_summarizes_past_the_threshold(gateway: GatewayProcess) 
             assert [t["name"] for t in full.structured_content["schemas"][0]["tables"]] == ["orders"]
 
     anyio.run(scenario)
+
+
+def test_bad_requests_get_structured_errors(gateway: GatewayProcess) -> None:
+    bad = [
+        ("prompts/get", {"name": "top_customers", "arguments": ["5"]}, "INVALID_ARGUMENT"),
+        ("prompts/get", {"name": "top_customers", "arguments": {"n": 5}}, "INVALID_ARGUMENT"),
+        ("prompts/get", {"name": "top_customers", "arguments": {"n": "x" * 10_001}}, "INVALID_ARGUMENT"),
+        ("prompts/get", {"name": "top_customers", "arguments": {"n": "5", "extra": "1"}}, "INVALID_ARGUMENT"),
+        ("prompts/get", {"name": ["top_customers"]}, "NOT_FOUND"),
+        ("resources/read", {"uri": 7}, "INVALID_ARGUMENT"),
+        ("resources/read", {"uri": "db://pg/" + "x" * 3000}, "INVALID_ARGUMENT"),
+        ("resources/list", {"cursor": "not-a-cursor"}, "INVALID_ARGUMENT"),
+        ("prompts/list", {"cursor": "b:1"}, "INVALID_ARGUMENT"),
+    ]
+    with gateway.client(timeout=30) as http:
+        for method, params, code in bad:
+            response = post_rpc(http, gateway, "query", method, params)
+            assert response.status_code == 200, (method, params, response.text)
+            error = response.json()["error"]
+            assert error["code"] == -32602 and error["data"]["code"] == code, (method, params, error)
+        tool = call_tool(http, gateway, "query", "read_resource", {})
+        assert tool["isError"] is True and tool["structuredContent"]["error"]["code"] == "INVALID_ARGUMENT"

@@ -24,7 +24,7 @@ from gateway.errors import NotFound
 from gateway.tools import ToolInput, ToolOutput, tool
 from handlers.query.discovery import CatalogReaders, summarize_tables
 from handlers.query.discovery import suggested_calls as listing_calls
-from handlers.query.lookup import require_schema, require_table
+from handlers.query.lookup import SCAN_NAMES, closest, require_schema
 from handlers.query.variables import SUMMARY_THRESHOLD, variable
 
 MAX_SCHEMAS = 50  # schemas one overview of a whole target covers
@@ -44,10 +44,21 @@ def visible_tables(
 
 
 def require_visible(sql: ReadOnlySql, ctx: CallContext, target: Target, catalog: Any, schema: str, table: str) -> str:
-    """The table's kind; NOT_FOUND when it does not exist or a rule hides it (the same answer)."""
-    if sql.hides_table(ctx.runtime, target, schema, table):
-        raise NotFound(f"table {schema}.{table} not found on target {target.target_id}")
-    return require_table(catalog, target.target_id, schema, table)
+    """The table's kind; NOT_FOUND when it does not exist or a rule hides it (the same answer).
+    The rules are asked about the name as given and as the catalog spells it (SQLite matches
+    names without regard to case: SECRETS reads secrets), and the closest names an error
+    suggests never include a hidden table."""
+    kind = catalog.table_kind(schema, table)
+    spelled = {t["name"] for t in catalog.tables(schema, "", 50, table) if t["name"].lower() == table.lower()}
+    if any(sql.hides_table(ctx.runtime, target, schema, name) for name in {table, *spelled}):
+        raise NotFound(f"table {schema}.{table} not found on target {target.target_id}", details={"closest": []})
+    if kind is not None:
+        return kind
+    require_schema(catalog, target.target_id, schema)
+    shown, _hidden = visible_tables(sql, ctx, target, catalog, schema, SCAN_NAMES)
+    names = closest(table, [t["name"] for t in shown])
+    nearby = f"; closest: {', '.join(names)}" if names else ""
+    raise NotFound(f"table {schema}.{table} not found on target {target.target_id}{nearby}", details={"closest": names})
 
 
 def full_tables(target: Target, catalog: Any, schema: str, names: list[str]) -> list[dict[str, Any]]:
