@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -49,6 +50,7 @@ TABLE = ResourceTemplate(
 MAX_SCHEMAS = 200  # schemas one target resource lists
 MAX_TABLES = 5_000  # tables one schema resource lists
 QUESTION_PROMPTS = 100  # question templates offered as prompts (the newest)
+LISTING_TTL_S = 5.0  # as tools/list's ttlMs: a new table shows within this
 
 
 class QueryResources:
@@ -61,9 +63,18 @@ class QueryResources:
         self.sql = sql
         self.readers = CatalogReaders(pools)
         self.in_thread = in_thread
+        self._listed: tuple[tuple[int, int], float, tuple[list[dict[str, Any]], bool]] | None = None
 
     async def listing(self, ctx: CallContext, limit: int) -> tuple[list[dict[str, Any]], bool]:
-        return await self.in_thread(self._listing, ctx, limit)
+        """Every page of one listing is cut from the same walk: kept LISTING_TTL_S per runtime
+        (a LOAD of rules or profiles makes a new one) instead of walking every catalog per page."""
+        key = (ctx.runtime.version, limit)
+        cached = self._listed
+        if cached is not None and cached[0] == key and time.monotonic() - cached[1] < LISTING_TTL_S:
+            return cached[2]
+        listed = await self.in_thread(self._listing, ctx, limit)
+        self._listed = (key, time.monotonic(), listed)
+        return listed
 
     async def read(self, uri: str, ctx: CallContext) -> Any:
         for template, reader in ((TABLE, self._table), (SCHEMA, self._schema), (TARGET, self._target)):
