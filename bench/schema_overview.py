@@ -44,13 +44,12 @@ POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 def build(dbname: str, tables: int) -> None:
     with psycopg.connect(**POSTGRES, dbname=dbname, autocommit=True) as pg:
         pg.execute("CREATE TABLE t0000 (id int PRIMARY KEY, name text)")
-        with pg.transaction():
-            for n in range(1, tables):
-                pg.execute(
-                    f"CREATE TABLE t{n:04d} (id int PRIMARY KEY, parent_id int REFERENCES t{n - 1:04d}(id), "
-                    "name text, amount numeric, status text, created_at timestamptz, note text, flag boolean)"
-                )
-                pg.execute(f"CREATE INDEX ON t{n:04d} (status)")
+        for n in range(1, tables):  # autocommit: thousands in one transaction exhaust max_locks_per_transaction
+            pg.execute(
+                f"CREATE TABLE t{n:04d} (id int PRIMARY KEY, parent_id int REFERENCES t{n - 1:04d}(id), "
+                "name text, amount numeric, status text, created_at timestamptz, note text, flag boolean)"
+            )
+            pg.execute(f"CREATE INDEX ON t{n:04d} (status)")
         pg.execute("ANALYZE")
 
 
@@ -81,7 +80,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             store = make_store(Path(tmp))
             add_auth(store, "pg", "postgres")
-            add_target(store, "pg", "pgsql", host="127.0.0.1", port=5432, database=dbname, timeout_ms=30_000)
+            add_target(store, "pg", "pgsql", host="127.0.0.1", port=5432, database=dbname, auth_profile_id="pg", timeout_ms=30_000)
             store.load_to_runtime("MCP PROFILES")
             handler = QueryHandler(make_services(store))
             results: dict[str, Any] = {}
