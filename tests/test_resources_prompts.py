@@ -181,9 +181,9 @@ def test_resources_listed_and_read_on_three_engines(gateway: GatewayProcess, mar
                 table = json.loads(content.text)
                 assert [c["name"] for c in table["columns"]] == ["id", "customer_id", "total"]
                 assert [c["key"] for c in table["columns"]][0] == "PRI"
-                if target != "maria":  # MariaDB hides table_constraints from a SELECT-only account (see the report)
-                    assert (table["primary_key"] or {}).get("columns") == ["id"], (target, table)
-                    assert [fk["referenced_table"] for fk in table["foreign_keys"]] == ["customers"], (target, table)
+                # MariaDB shows table_constraints to no SELECT-only account: keys come from key_column_usage
+                assert (table["primary_key"] or {}).get("columns") == ["id"], (target, table)
+                assert [fk["referenced_table"] for fk in table["foreign_keys"]] == ["customers"], (target, table)
                 assert any(i["columns"] == ["customer_id"] for i in table["indexes"]), (target, table["indexes"])
                 with pytest.raises(MCPError) as blocked:
                     await client.read_resource(f"{base}/secrets")
