@@ -287,8 +287,10 @@ class ReadOnlySql:
         ruleset = self._ruleset(runtime)
         if not ruleset.rules:
             return False
+        # Without a rule naming a tool, one tool's answer is every tool's.
+        tools = ("read_resource", "run_sql_readonly") if any(r.tool_name for r in ruleset.rules) else ("read_resource",)
         for sql in (f"SELECT * FROM {schema}.{table}", f"SELECT * FROM {table}"):
-            for tool_name in ("read_resource", "run_sql_readonly"):
+            for tool_name in tools:
                 outcome = ruleset.evaluate(
                     sql=sql, username=target.username, target_id=target.target_id, schemaname=schema, tool_name=tool_name
                 )

@@ -87,6 +87,8 @@ def gateway(mariadb_db: dict, postgres_db: dict, tmp_path_factory: pytest.TempPa
                 "INSERT INTO mcp_target_profiles (target_id, protocol, host, port, database, auth_profile_id, description) "
                 f"VALUES ('pg', 'pgsql', '127.0.0.1', {postgres_db['port']}, '{postgres_db['dbname']}', 'pg', 'shop on PostgreSQL')",
                 f"INSERT INTO mcp_target_profiles (target_id, protocol, database, description) VALUES ('lite', 'sqlite', '{lite_path}', 'shop on SQLite')",
+                "INSERT INTO mcp_target_profiles (target_id, protocol, database, description, allow_discovery) "
+                f"VALUES ('lite_closed', 'sqlite', '{lite_path}', 'no discovery', 0)",
                 "LOAD MCP PROFILES TO RUNTIME",
                 "INSERT INTO mcp_query_rules (rule_id, active, match_pattern, error_msg, apply) "
                 "VALUES (1, 1, '\\bsecrets\\b', 'secrets are off limits', 1)",
@@ -102,7 +104,7 @@ def gateway(mariadb_db: dict, postgres_db: dict, tmp_path_factory: pytest.TempPa
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline:
                 targets = call_tool(http, process, "query", "list_targets", {})["structuredContent"]["targets"]
-                if len(targets) == 3:
+                if len(targets) == 4:
                     break
                 time.sleep(0.2)
             yield process
@@ -200,6 +202,13 @@ def test_resources_listed_and_read_on_three_engines(gateway: GatewayProcess, mar
                 assert hidden.value.code == -32602 and hidden.value.data["code"] == "NOT_FOUND", attack
                 closest = hidden.value.data.get("details", {}).get("closest", [])
                 assert "secrets" not in [n.lower() for n in closest] and "closest: secrets" not in str(hidden.value), attack
+            # allow_discovery=0: the target is listed, none of its schemas or tables
+            assert "db://lite_closed" in uris and not [u for u in uris if u.startswith("db://lite_closed/")]
+            closed = json.loads((await client.read_resource("db://lite_closed")).contents[0].text)
+            assert closed["schemas"] == [] and closed["capabilities"] == ["readonly_sql", "explain"]
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource("db://lite_closed/main/customers")
+            assert refused.value.code == -32602 and "allow_discovery=0" in str(refused.value)
             with pytest.raises(MCPError) as missing:
                 await client.read_resource("db://nope/x/y")
             assert missing.value.code == -32602 and missing.value.data["code"] == "NOT_FOUND"
