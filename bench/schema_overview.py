@@ -80,7 +80,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             store = make_store(Path(tmp))
             add_auth(store, "pg", "postgres")
-            add_target(store, "pg", "pgsql", host="127.0.0.1", port=5432, database=dbname, auth_profile_id="pg", timeout_ms=30_000)
+            add_target(
+                store, "pg", "pgsql", host="127.0.0.1", port=5432, database=dbname, auth_profile_id="pg", timeout_ms=30_000
+            )
             store.load_to_runtime("MCP PROFILES")
             handler = QueryHandler(make_services(store))
             results: dict[str, Any] = {}
