@@ -73,12 +73,14 @@ def gateway(mariadb_db: dict, postgres_db: dict, tmp_path_factory: pytest.TempPa
     lite = sqlite3.connect(lite_path)
     for statement in SHOP:
         lite.execute(statement)
+    lite.executemany("INSERT INTO customers VALUES (?, ?)", [(1, "Ada Lovelace"), (2, "Grace Hopper")])
     for n in range(EXTRA_TABLES):
         lite.execute(f"CREATE TABLE extra_{n:02d} (id INTEGER PRIMARY KEY, v TEXT)")
     lite.commit()
     lite.close()
     try:
-        with start_gateway(variables={"mcp-query_summary_threshold": 10}) as process, process.client(timeout=30) as http:
+        variables = {"mcp-query_summary_threshold": 10, "rag-embedding_provider": "hash"}
+        with start_gateway(variables=variables) as process, process.client(timeout=30) as http:
             for statement in (
                 f"INSERT INTO mcp_auth_profiles (auth_profile_id, db_username, db_password) VALUES ('maria', '{user}', '{password}')",
                 "INSERT INTO mcp_auth_profiles (auth_profile_id, db_username, db_password) VALUES ('pg', 'postgres', 'trust')",
@@ -101,10 +103,10 @@ def gateway(mariadb_db: dict, postgres_db: dict, tmp_path_factory: pytest.TempPa
                 "SAVE MCP PROMPTS TO DISK",
             ):
                 admin(process, http, statement)
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 15  # the worker follows the last LOAD (prompts) within a second
             while time.monotonic() < deadline:
-                targets = call_tool(http, process, "query", "list_targets", {})["structuredContent"]["targets"]
-                if len(targets) == 4:
+                listed = post_rpc(http, process, "query", "prompts/list").json().get("result", {}).get("prompts", [])
+                if "top_customers" in {p["name"] for p in listed}:
                     break
                 time.sleep(0.2)
             yield process
@@ -345,3 +347,44 @@ def test_bad_requests_get_structured_errors(gateway: GatewayProcess) -> None:
             assert error["code"] == -32602 and error["data"]["code"] == code, (method, params, error)
         tool = call_tool(http, gateway, "query", "read_resource", {})
         assert tool["isError"] is True and tool["structuredContent"]["error"]["code"] == "INVALID_ARGUMENT"
+
+
+def test_rag_documents_as_resources(gateway: GatewayProcess) -> None:
+    doc_map = {
+        "doc_id": {"format": "customer:{id}"},
+        "title": {"concat": [{"col": "name"}]},
+        "body": {"concat": [{"col": "name"}]},
+    }
+    with gateway.client(timeout=30) as http:
+        admin(
+            gateway,
+            http,
+            "INSERT INTO rag_sources (source_id, name, target_id, table_name, pk_column, doc_map_json, sync_interval_s) "
+            f"VALUES (1, 'people', 'lite', 'customers', 'id', '{json.dumps(doc_map)}', 0)",
+        )
+        admin(gateway, http, "LOAD RAG SOURCES TO RUNTIME")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            started = call_tool(http, gateway, "rag", "rag.admin.sync", {"source_names": ["people"]})["structuredContent"]
+            if started.get("accepted"):
+                break
+            time.sleep(0.2)
+        while time.monotonic() < deadline:
+            docs = call_tool(http, gateway, "rag", "rag.get_docs", {"doc_ids": ["customer:2"]})
+            if not docs["isError"]:
+                break
+            time.sleep(0.2)
+
+    async def scenario() -> None:
+        async with connect(gateway, "rag") as client:
+            uris = {r.uri for r in await all_resources(client)}
+            assert "rag://sources/people" in uris
+            source = json.loads((await client.read_resource("rag://sources/people")).contents[0].text)
+            assert [d["doc_id"] for d in source["documents"]] == ["customer:1", "customer:2"]
+            doc = json.loads((await client.read_resource("rag://documents/customer%3A2")).contents[0].text)
+            assert doc["title"] == "Grace Hopper" and doc["pk_json"] == {"id": 2} and doc["source_name"] == "people"
+            with pytest.raises(MCPError) as missing:
+                await client.read_resource("rag://documents/customer%3A9")
+            assert missing.value.code == -32602 and missing.value.data["code"] == "NOT_FOUND"
+
+    anyio.run(scenario)
