@@ -388,3 +388,35 @@ def test_rag_documents_as_resources(gateway: GatewayProcess) -> None:
             assert missing.value.code == -32602 and missing.value.data["code"] == "NOT_FOUND"
 
     anyio.run(scenario)
+
+
+def test_an_admin_prompt_on_a_tools_only_endpoint_is_advertised_there(gateway: GatewayProcess) -> None:
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pytest", "version": "0"}}
+
+    def capabilities(http: Any) -> dict[str, Any]:
+        return post_rpc(http, gateway, "stats", "initialize", params).json()["result"]["capabilities"]
+
+    def settle(http: Any, served: bool) -> None:
+        deadline = time.monotonic() + 10
+        while ("prompts" in capabilities(http)) != served and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    with gateway.client(timeout=30) as http:
+        admin(
+            gateway,
+            http,
+            "INSERT INTO mcp_prompts (endpoint, prompt_name, description, template) "
+            "VALUES ('stats', 'slow_calls', 'Find the slowest tools', 'Call show_tool_usage and name the three slowest tools.')",
+        )
+        admin(gateway, http, "LOAD MCP PROMPTS TO RUNTIME")
+        settle(http, True)
+        assert capabilities(http) == {"tools": {"listChanged": False}, "prompts": {"listChanged": False}}
+        modern = post_rpc(http, gateway, "stats", "server/discover", modern=True).json()["result"]["capabilities"]
+        assert "prompts" in modern and "resources" not in modern
+        got = post_rpc(http, gateway, "stats", "prompts/get", {"name": "slow_calls"}).json()["result"]
+        assert got["messages"][0]["content"]["text"].startswith("Call show_tool_usage")
+        admin(gateway, http, "DELETE FROM mcp_prompts WHERE endpoint = 'stats'")
+        admin(gateway, http, "LOAD MCP PROMPTS TO RUNTIME")
+        settle(http, False)
+        assert capabilities(http) == {"tools": {"listChanged": False}}
+        assert post_rpc(http, gateway, "stats", "prompts/list").json()["error"]["code"] == -32601
