@@ -420,3 +420,24 @@ def test_an_admin_prompt_on_a_tools_only_endpoint_is_advertised_there(gateway: G
         settle(http, False)
         assert capabilities(http) == {"tools": {"listChanged": False}}
         assert post_rpc(http, gateway, "stats", "prompts/list").json()["error"]["code"] == -32601
+
+
+def test_a_read_over_the_byte_cap_is_limit_exceeded(gateway: GatewayProcess) -> None:
+    def read(http: Any) -> dict[str, Any]:
+        return post_rpc(http, gateway, "query", "resources/read", {"uri": "db://lite/main"}).json()
+
+    with gateway.client(timeout=30) as http:
+        assert "result" in read(http)
+        admin(gateway, http, "SET mcp-resources_max_bytes = 1024")
+        admin(gateway, http, "LOAD MCP VARIABLES TO RUNTIME")
+        try:
+            deadline = time.monotonic() + 10
+            while "result" in (answer := read(http)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert answer["error"]["code"] == -32602 and answer["error"]["data"]["code"] == "LIMIT_EXCEEDED", answer
+            assert "mcp-resources_max_bytes" in answer["error"]["message"]
+            tool = call_tool(http, gateway, "query", "read_resource", {"uri": "db://lite/main"})
+            assert tool["isError"] is True and tool["structuredContent"]["error"]["code"] == "LIMIT_EXCEEDED"
+        finally:
+            admin(gateway, http, "SET mcp-resources_max_bytes = 1000000")
+            admin(gateway, http, "LOAD MCP VARIABLES TO RUNTIME")
