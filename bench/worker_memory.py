@@ -97,7 +97,7 @@ class _Probe:
         self.client.close()
 
 
-def run_one(tree: Path, provider: str, *, timeout_s: float, idle_s: float) -> dict[str, Any]:
+def run_one(tree: Path, provider: str, *, timeout_s: float, idle_s: float, keep: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="worker-mem-") as tmp:
         data_dir, config = Path(tmp) / "data", Path(tmp) / "gateway.toml"
         data_dir.mkdir()
@@ -160,6 +160,11 @@ def run_one(tree: Path, provider: str, *, timeout_s: float, idle_s: float) -> di
         finally:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=20)
+        if keep is not None:  # the built index, for a look at its answers (bench/demo_questions.py)
+            import shutil
+
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(data_dir, keep)
     return {
         "provider": provider,
         "demo_synced": synced,
@@ -182,6 +187,7 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=35.0, help="seconds between the sync's end and the serving figures")
     parser.add_argument("--label", default="this", help="name of --tree in the report")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier reports whose runs join this one")
+    parser.add_argument("--keep", type=Path, help="copy the data directory of the last run here")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     trees = {args.label: args.tree.resolve()}
@@ -192,7 +198,7 @@ def main() -> None:
         report["runs"].update(json.loads(earlier.read_text())["runs"])
     for label, tree in trees.items():
         for provider in args.providers:
-            figures = run_one(tree, provider, timeout_s=args.timeout, idle_s=args.idle)
+            figures = run_one(tree, provider, timeout_s=args.timeout, idle_s=args.idle, keep=args.keep)
             report["runs"][f"{label}/{provider}"] = figures
             print(label, json.dumps(figures), file=sys.stderr)
     if "baseline/local" in report["runs"] and "this/local" in report["runs"]:
