@@ -206,7 +206,10 @@ def main() -> None:
         report["ratios"] = {
             "serving_this_over_baseline": round(this["rss_serving_mb"] / base["rss_serving_mb"], 3),
             "sync_peak_this_over_baseline": round(this["sync_peak_rss_mb"] / base["sync_peak_rss_mb"], 3),
+            "sync_s_this_over_baseline": round(this["sync_s"] / base["sync_s"], 3),
         }
+        if this.get("first_hit_s") and base.get("first_hit_s"):
+            report["ratios"]["first_hit_s_this_over_baseline"] = round(this["first_hit_s"] / base["first_hit_s"], 3)
     report["load_average_1m_end"] = round(os.getloadavg()[0], 2)
     emit(report, args.json)
 
