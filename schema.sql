@@ -290,6 +290,31 @@ CREATE TABLE IF NOT EXISTS runtime_mcp_endpoints (
     comment       TEXT NOT NULL DEFAULT ''
 );
 
+-- MCP PROMPTS (gateway/prompts.py): admin-defined MCP prompts (prompts/list, prompts/get) per
+-- endpoint. LOAD MCP PROMPTS TO RUNTIME checks every row (each placeholder declared, each argument used).
+CREATE TABLE IF NOT EXISTS mcp_prompts (
+    endpoint      TEXT NOT NULL DEFAULT 'query',  -- the endpoint (or toolset) whose prompts/list shows it
+    prompt_name   TEXT NOT NULL,                  -- [a-z][a-z0-9_-]*; shadows a built-in prompt of that name
+    title         TEXT NOT NULL DEFAULT '',
+    description   TEXT NOT NULL DEFAULT '',       -- required, at most 2000 characters
+    arguments     TEXT NOT NULL DEFAULT '[]',     -- JSON list: {name, description, required}
+    template      TEXT NOT NULL DEFAULT '',       -- the user message, {argument} placeholders
+    active        INTEGER NOT NULL DEFAULT 1,
+    comment       TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (endpoint, prompt_name)
+);
+CREATE TABLE IF NOT EXISTS runtime_mcp_prompts (
+    endpoint      TEXT NOT NULL DEFAULT 'query',  -- the endpoint (or toolset) whose prompts/list shows it
+    prompt_name   TEXT NOT NULL,                  -- [a-z][a-z0-9_-]*; shadows a built-in prompt of that name
+    title         TEXT NOT NULL DEFAULT '',
+    description   TEXT NOT NULL DEFAULT '',       -- required, at most 2000 characters
+    arguments     TEXT NOT NULL DEFAULT '[]',     -- JSON list: {name, description, required}
+    template      TEXT NOT NULL DEFAULT '',       -- the user message, {argument} placeholders
+    active        INTEGER NOT NULL DEFAULT 1,
+    comment       TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (endpoint, prompt_name)
+);
+
 -- @section rag_vectors
 -- Vector storage of rag.db (backends/retrieval/storage/sqlite/vector_store.py applies it via vector_schema(dim); {dim} is the
 -- index's embedding dimension). SQLite holds the truth: float32 L2-normalised vectors in a plain

@@ -328,6 +328,24 @@ class ReadOnlySql:
         return _answer(prepared, result)
 
     # -- the steps -------------------------------------------------------------------------
+    def hides_table(self, runtime: Runtime, target: Target, schema: str, table: str) -> bool:
+        """Whether the query rules block reading this table: a rule's error_msg matches a plain
+        `SELECT * FROM <table>` (or `<schema>.<table>`) as read_resource or run_sql_readonly would
+        send it. What lists tables for a caller (resources, get_schema_info) leaves such tables out."""
+        ruleset = self._ruleset(runtime)
+        if not ruleset.rules:
+            return False
+        # Without a rule naming a tool, one tool's answer is every tool's.
+        tools = ("read_resource", "run_sql_readonly") if any(r.tool_name for r in ruleset.rules) else ("read_resource",)
+        for sql in (f"SELECT * FROM {schema}.{table}", f"SELECT * FROM {table}"):
+            for tool_name in tools:
+                outcome = ruleset.evaluate(
+                    sql=sql, username=target.username, target_id=target.target_id, schemaname=schema, tool_name=tool_name
+                )
+                if outcome.error_msg is not None:
+                    return True
+        return False
+
     def _ruleset(self, runtime: Runtime) -> RuleSet:
         rows = runtime.table("runtime_mcp_query_rules")
         cached_rows, ruleset = self._rules

@@ -71,7 +71,33 @@ def demo_synced(data_dir: Path) -> bool:
     return bool(row and row[0])
 
 
-def run_one(tree: Path, provider: str, *, timeout_s: float, idle_s: float) -> dict[str, Any]:
+class _Probe:
+    """One rag.search_fts at a time while the demo builds: does the index answer yet?"""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
+        self.headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+        self.headers["MCP-Protocol-Version"] = "2025-06-18"
+
+    def hits(self, query: str) -> bool:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "rag.search_fts", "arguments": {"query": query, "k": 1}},
+        }
+        try:
+            answer = self.client.post("/mcp/rag", json=body, headers=self.headers).json()
+        except (httpx.HTTPError, ValueError):
+            return False  # not listening yet
+        result = answer.get("result") or {}
+        return not result.get("isError", True) and bool(result.get("structuredContent", {}).get("results"))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def run_one(tree: Path, provider: str, *, timeout_s: float, idle_s: float, keep: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="worker-mem-") as tmp:
         data_dir, config = Path(tmp) / "data", Path(tmp) / "gateway.toml"
         data_dir.mkdir()
@@ -93,6 +119,7 @@ def run_one(tree: Path, provider: str, *, timeout_s: float, idle_s: float) -> di
             process = subprocess.Popen(command, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             samples, synced = [], False
+            first_hit_s, next_probe, probe = None, 0.0, _Probe(port, token)
             while time.monotonic() - began < timeout_s:
                 if process.poll() is not None:
                     raise RuntimeError(f"gateway exited: {log_path.read_text()[-2000:]}")
@@ -100,7 +127,13 @@ def run_one(tree: Path, provider: str, *, timeout_s: float, idle_s: float) -> di
                 if demo_synced(data_dir):
                     synced = True
                     break
+                if first_hit_s is None and time.monotonic() >= next_probe:
+                    # How soon a first search answers from the index being built (issue 29).
+                    next_probe = time.monotonic() + 0.5
+                    if probe.hits(QUERIES[0]):
+                        first_hit_s = time.monotonic() - began
                 time.sleep(0.2)
+            probe.close()
             sync_s = time.monotonic() - began
             time.sleep(idle_s)  # the embedder drops its batch session once idle (BATCH_SESSION_IDLE_S)
             after_sync = proc_kb(process.pid)
@@ -127,11 +160,17 @@ def run_one(tree: Path, provider: str, *, timeout_s: float, idle_s: float) -> di
         finally:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=20)
+        if keep is not None:  # the built index, for a look at its answers (bench/demo_questions.py)
+            import shutil
+
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(data_dir, keep)
     return {
         "provider": provider,
         "demo_synced": synced,
         "chunks": chunks,
         "sync_s": round(sync_s, 1),
+        "first_hit_s": None if first_hit_s is None else round(first_hit_s, 1),
         "sync_peak_rss_mb": round(serving["VmHWM"] / 1024, 1),
         "rss_after_sync_mb": round(after_sync["VmRSS"] / 1024, 1),
         "rss_serving_mb": round(serving["VmRSS"] / 1024, 1),
@@ -148,6 +187,7 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=35.0, help="seconds between the sync's end and the serving figures")
     parser.add_argument("--label", default="this", help="name of --tree in the report")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="earlier reports whose runs join this one")
+    parser.add_argument("--keep", type=Path, help="copy the data directory of the last run here")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     trees = {args.label: args.tree.resolve()}
@@ -158,7 +198,7 @@ def main() -> None:
         report["runs"].update(json.loads(earlier.read_text())["runs"])
     for label, tree in trees.items():
         for provider in args.providers:
-            figures = run_one(tree, provider, timeout_s=args.timeout, idle_s=args.idle)
+            figures = run_one(tree, provider, timeout_s=args.timeout, idle_s=args.idle, keep=args.keep)
             report["runs"][f"{label}/{provider}"] = figures
             print(label, json.dumps(figures), file=sys.stderr)
     if "baseline/local" in report["runs"] and "this/local" in report["runs"]:
@@ -166,7 +206,10 @@ def main() -> None:
         report["ratios"] = {
             "serving_this_over_baseline": round(this["rss_serving_mb"] / base["rss_serving_mb"], 3),
             "sync_peak_this_over_baseline": round(this["sync_peak_rss_mb"] / base["sync_peak_rss_mb"], 3),
+            "sync_s_this_over_baseline": round(this["sync_s"] / base["sync_s"], 3),
         }
+        if this.get("first_hit_s") and base.get("first_hit_s"):
+            report["ratios"]["first_hit_s_this_over_baseline"] = round(this["first_hit_s"] / base["first_hit_s"], 3)
     report["load_average_1m_end"] = round(os.getloadavg()[0], 2)
     emit(report, args.json)
 

@@ -46,11 +46,12 @@ def endpoints() -> tuple[str, ...]:
 
 def declared_variables() -> dict[str, Variable]:
     from backends.declarations import BACKEND_VARIABLES
+    from gateway.resources import RESOURCE_VARIABLES
     from gateway.variables import all_variables, tools_disabled_variable
 
     handler_variables = (v for cls in handler_classes() for v in cls.variables)
     disabled = (tools_disabled_variable(e) for e in endpoints())
-    return all_variables((*BACKEND_VARIABLES, *handler_variables, *disabled), endpoints=endpoints())
+    return all_variables((*BACKEND_VARIABLES, *RESOURCE_VARIABLES, *handler_variables, *disabled), endpoints=endpoints())
 
 
 def builtin_tools() -> dict[str, dict[str, bool]]:
@@ -67,10 +68,12 @@ def builtin_tools() -> dict[str, dict[str, bool]]:
 def config_modules() -> list[ConfigModule]:
     from backends.custom_tools import tools_module
     from backends.declarations import BACKEND_CONFIG_MODULES
+    from gateway.prompts import PROMPTS_MODULE
 
     return [
         *BACKEND_CONFIG_MODULES,
         tools_module(builtin_tools()),
+        PROMPTS_MODULE,
         *(m for cls in handler_classes() for m in cls.config_modules),
     ]
 

@@ -36,6 +36,7 @@ from gateway.errors import (
     ProtocolError,
     Unavailable,
 )
+from gateway.mcp_methods import ResourceAndPromptMethods
 from gateway.surface import Surface, build_surface, disabled_variable
 from gateway.tokens import fingerprint
 from gateway.tools import error_result
@@ -98,7 +99,10 @@ class Dispatcher:
             "tools/list": self._tools_list,
             "tools/describe": self._tools_describe,
             "tools/call": self._tools_call,
-        }  # no prompts or resources: they are not advertised, and their methods are -32601 like any other
+        }
+        # resources/* and prompts/* (gateway/mcp_methods.py): -32601 on an endpoint that serves none
+        self.extras = ResourceAndPromptMethods(services)
+        self.methods.update(self.extras.methods())
         self._surfaces: dict[str, tuple[Any, Surface]] = {}  # endpoint -> (the runtime it was built from, its surface)
 
     def surface(self, env: Envelope) -> Surface:
@@ -229,8 +233,8 @@ class Dispatcher:
         return meta_version
 
     # -- methods ---------------------------------------------------------------------------
-    def _capabilities(self) -> dict[str, Any]:
-        return {"tools": {"listChanged": False}}  # only what is served
+    def _capabilities(self, env: Envelope) -> dict[str, Any]:
+        return {"tools": {"listChanged": False}, **self.extras.capabilities(env)}  # only what is served
 
     def _server_info(self, env: Envelope) -> dict[str, Any]:
         return {"name": f"mcp-gateway/{env.endpoint.name}", "title": f"MCP Gateway: {env.endpoint.name}", "version": __version__}
@@ -238,7 +242,7 @@ class Dispatcher:
     async def _initialize(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         requested = params.get("protocolVersion")
         negotiated = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[-1]
-        result = {"protocolVersion": negotiated, "capabilities": self._capabilities(), "serverInfo": self._server_info(env)}
+        result = {"protocolVersion": negotiated, "capabilities": self._capabilities(env), "serverInfo": self._server_info(env)}
         if env.endpoint.handler.instructions:
             result["instructions"] = env.endpoint.handler.instructions
         return result
@@ -246,7 +250,7 @@ class Dispatcher:
     async def _discover(self, params: dict[str, Any], env: Envelope, version: str) -> dict[str, Any]:
         result = {
             "supportedVersions": list(ALL_VERSIONS),
-            "capabilities": self._capabilities(),
+            "capabilities": self._capabilities(env),
             "serverInfo": self._server_info(env),
             "ttlMs": LIST_TTL_MS,
             "cacheScope": "private",

@@ -24,7 +24,8 @@ Deadlines are set in one place, `ToolHandler.context`: now + the handler's `time
 A handler also contributes, beside its tools: `variables`, `config_modules`, CLI sub-commands
 (`add_cli`), serve-time options and jobs (`add_serve_options`, `before_serve`) and the example
 call the first-start banner prints (`example_call`), scrape-time metric collectors
-(`scrape_collectors`), and what backup/restore must know of its files (`data_files`).
+(`scrape_collectors`), what backup/restore must know of its files (`data_files`), and its MCP
+resources and prompts (`resources`, `prompts`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from gateway.data_files import DataFiles
+    from gateway.prompts import Prompt
+    from gateway.resources import ResourceSource
     from gateway.runtime import Runtime
     from gateway.services import Services
     from gateway.store import ConfigStore
@@ -287,6 +290,18 @@ class ToolHandler:
 
     def on_runtime_change(self, old: Runtime | None, new: Runtime) -> None:
         """React to a new runtime (apply changed sources, ...)."""
+
+    # -- MCP resources and prompts (gateway/mcp_methods.py) ---------------------------------
+    def resources(self) -> ResourceSource | None:
+        """What resources/* serve on this endpoint (gateway/resources.py), or None: no resources
+        capability, and its methods are -32601. Compose `ResourceTools(source)` to offer the
+        same as the read_resource tool."""
+        return None
+
+    def prompts(self, runtime: Runtime) -> list[Prompt]:
+        """The built-in prompts of this endpoint (gateway/prompts.py); admin-defined ones
+        (MCP PROMPTS) are added by the protocol layer and shadow these by name."""
+        return []
 
     # -- what a handler adds to the command line -------------------------------------------
     @classmethod

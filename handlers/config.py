@@ -11,6 +11,8 @@ from pydantic import Field
 
 from gateway import __version__, audit, workers
 from gateway.errors import GatewayError, NotFound
+from gateway.resource_tools import ResourceTools
+from gateway.resources import ResourceTemplate, resource, unknown
 from gateway.tools import CallContext, ToolHandler, ToolInput, ToolOutput, tool
 
 # get_status waits at most this long on the cluster database (its connect timeout is 2 s, its
@@ -112,12 +114,46 @@ class StatusOut(ToolOutput):
     )
 
 
+STATUS = ResourceTemplate(
+    "gateway://status",
+    "status",
+    "Gateway status",
+    "What get_status answers: version, uptime, workers, endpoints, request and failure totals, the cluster.",
+)
+
+
+class StatusResources:
+    """/mcp/config's MCP resources: the gateway's status (get_status) at gateway://status."""
+
+    templates = (STATUS,)
+
+    def __init__(self, status: Any) -> None:
+        self.status = status  # ConfigHandler.get_status, bound
+
+    async def listing(self, ctx: CallContext, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        return [resource(STATUS.uri_template, STATUS.name, STATUS.title, STATUS.description)], False
+
+    async def read(self, uri: str, ctx: CallContext) -> Any:
+        if uri != STATUS.uri_template:
+            raise unknown(uri, self.templates)
+        out = await self.status(StatusIn(), ctx)
+        return out.model_dump(mode="json")
+
+
 class ConfigHandler(ToolHandler):
     endpoint = "config"
     title = "Gateway configuration"
     instructions = (
         "Read and change MCP Gateway runtime variables. set_config applies at once; pass save=true to keep it across restarts."
     )
+
+    tool_groups = (ResourceTools,)
+
+    def make_groups(self) -> list[object]:
+        return [ResourceTools(self.resources())]
+
+    def resources(self) -> StatusResources:
+        return StatusResources(self.get_status)
 
     def _view(self, ctx: CallContext, name: str) -> VariableView:
         decl = ctx.runtime.declarations.get(name)

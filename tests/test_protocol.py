@@ -275,7 +275,7 @@ def test_tools_describe(client: httpx.Client, gateway: GatewayProcess) -> None:
 
 @pytest.mark.parametrize("method", ["prompts/list", "resources/list"])
 def test_capabilities_not_served_are_not_found(client: httpx.Client, gateway: GatewayProcess, method: str) -> None:
-    assert _error(post_rpc(client, gateway, "config", method))["code"] == -32601  # tests/gateway/test_capabilities.py
+    assert _error(post_rpc(client, gateway, "stats", method))["code"] == -32601  # tests/gateway/test_capabilities.py
 
 
 def test_unknown_method_is_32601(client: httpx.Client, gateway: GatewayProcess) -> None:

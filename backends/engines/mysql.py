@@ -61,6 +61,12 @@ from gateway.errors import (
     Unavailable,
 )
 
+# A key's kind from key_column_usage alone (MariaDB shows table_constraints to no account with
+# SELECT only): PRIMARY is the primary key's name, a foreign key references a table, the rest are unique.
+KEY_KIND = (
+    "CASE WHEN k.constraint_name = 'PRIMARY' THEN 'PRIMARY KEY' "
+    "WHEN k.referenced_table_name IS NOT NULL THEN 'FOREIGN KEY' ELSE 'UNIQUE' END"
+)
 SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
 KINDS = {"BASE TABLE": "table", "VIEW": "view", "SYSTEM VIEW": "view", "SEQUENCE": "sequence"}
 _TYPES = {v: k.lower() for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
@@ -420,13 +426,11 @@ class MySQLCatalog:
     def constraints(self, schema: str, table: str) -> dict[str, Any]:
         result = empty_constraints()
         keys = self._rows(
-            "SELECT tc.constraint_name AS name, tc.constraint_type AS kind, k.column_name AS col, "
+            # key_column_usage alone: MariaDB shows table_constraints to no SELECT-only account
+            f"SELECT k.constraint_name AS name, {KEY_KIND} AS kind, k.column_name AS col, "
             "k.referenced_table_schema AS ref_schema, k.referenced_table_name AS ref_table, k.referenced_column_name AS ref_col "
-            "FROM information_schema.table_constraints tc JOIN information_schema.key_column_usage k "
-            "ON k.constraint_schema = tc.constraint_schema AND k.constraint_name = tc.constraint_name "
-            "AND k.table_schema = tc.table_schema AND k.table_name = tc.table_name "
-            "WHERE tc.table_schema = %s AND tc.table_name = %s AND tc.constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY') "
-            "ORDER BY tc.constraint_type, tc.constraint_name, k.ordinal_position",
+            "FROM information_schema.key_column_usage k WHERE k.table_schema = %s AND k.table_name = %s "
+            "ORDER BY kind, k.constraint_name, k.ordinal_position",
             (schema, table),
         )
         rules = {
@@ -565,14 +569,11 @@ def _snapshot(conn: Any, schema: str, only: set[str] | None) -> dict[str, Table]
     keys: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in _rows(
         conn,
-        "SELECT k.table_name AS t, tc.constraint_type AS kind, tc.constraint_name AS name, k.column_name AS col, "
+        f"SELECT k.table_name AS t, {KEY_KIND} AS kind, k.constraint_name AS name, k.column_name AS col, "
         "k.referenced_table_schema AS ref_schema, k.referenced_table_name AS ref_table, k.referenced_column_name AS ref_col "
-        "FROM information_schema.table_constraints tc JOIN information_schema.key_column_usage k "
-        "ON k.constraint_schema = tc.constraint_schema AND k.constraint_name = tc.constraint_name "
-        "AND k.table_schema = tc.table_schema AND k.table_name = tc.table_name "
-        "WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')"
-        + among("tc.table_name")[0]
-        + " ORDER BY k.table_name, tc.constraint_name, k.ordinal_position",
+        "FROM information_schema.key_column_usage k WHERE k.table_schema = %s"
+        + among("k.table_name")[0]
+        + " ORDER BY k.table_name, k.constraint_name, k.ordinal_position",
         (schema, *params),
     ):
         if r["t"] not in out:

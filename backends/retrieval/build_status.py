@@ -45,7 +45,8 @@ class BuildWatch:
     def note(self, index: Any) -> IndexBuild | None:
         """`index`: either backend's index (its `query` takes `?` placeholders on both)."""
         now = time.monotonic()
-        if now - self._at < CACHE_S:
+        if now - self._at < CACHE_S and (self._note is None or self._note.documents):
+            # A note saying nothing is indexed yet is read again: the first batch may have landed.
             return self._note
         note = self._read(index)
         with self._lock:
@@ -69,14 +70,17 @@ class BuildWatch:
                 sources.append(item["source"])
                 documents += int(item.get("docs_written") or 0)
                 of = None if of is None or item.get("rows_total") is None else of + int(item["rows_total"])
-        counted = f"{documents} of {of}" if of is not None else f"{documents} (sources still being counted)"
+        if of is None:
+            progress = f"{documents} documents indexed so far (the rows to index are still being counted)"
+        else:
+            progress = f"{documents} of {of} documents indexed so far"
         return IndexBuild(
             building=True,
             documents=documents,
             of=of,
             sources=sources,
             job_id=live[-1]["job_id"],
-            message=f"the index is being built: {counted} documents so far; results cover only what is already indexed",
+            message=f"the index is being built: {progress}; results cover only what is already indexed",
         )
 
 

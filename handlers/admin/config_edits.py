@@ -100,19 +100,54 @@ class QueryRuleIn(ToolInput):
 
 
 class RagSourceIn(ToolInput):
-    name: str = Field(min_length=1, max_length=128, description="The source's unique name (the key of the upsert).")
-    enabled: bool | None = None
-    target_id: str | None = Field(default=None, description="An MCP PROFILES target: where the rows are read.")
-    table_name: str | None = None
-    pk_column: str | None = None
-    watermark_column: str | None = None
-    where_sql: str | None = None
-    doc_map_json: dict[str, Any] | None = None
-    chunking_json: dict[str, Any] | None = None
-    embedding_json: dict[str, Any] | None = None
-    sync_interval_s: int | None = Field(default=None, ge=0, le=31_536_000)
-    key_scan_interval_s: int | None = Field(default=None, ge=0, le=31_536_000)
-    comment: str | None = None
+    """A rag_sources row (README: "Indexing your own tables"); fields left out keep their value."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        description="The source's unique name (the key of the upsert): 1-64 letters, digits or _ - . "
+        "A new source gets the next free source_id.",
+    )
+    enabled: bool | None = Field(default=None, description="False: not synced, and its documents leave search results.")
+    target_id: str | None = Field(
+        default=None, description="An MCP PROFILES target: where the rows are read, with its account (required for a new source)."
+    )
+    table_name: str | None = Field(default=None, description="The table read: table or schema.table (required for a new source).")
+    pk_column: str | None = Field(
+        default=None, description="Primary key column(s), comma separated: one document per key (required for a new source)."
+    )
+    watermark_column: str | None = Field(
+        default=None,
+        description="An updated-at column the sync cursor follows (rows whose value is at or after the cursor are "
+        "re-read, so edits are picked up); empty: append-only, the cursor is the primary key.",
+    )
+    where_sql: str | None = Field(
+        default=None, description="Optional condition ANDed to every read (no ';'); rows that stop matching leave the index."
+    )
+    doc_map_json: dict[str, Any] | None = Field(
+        default=None,
+        description='Row to document: {"doc_id": {"format": "article:{id}"} (every key column), "title": {"concat": '
+        '[{"col": ...} | {"lit": ...}]}, "body": {"concat": [...]} (required), "metadata": {"pick": [columns], '
+        '"rename": {column: key}}, "max_doc_chars": n}.',
+    )
+    chunking_json: dict[str, Any] | None = Field(
+        default=None,
+        description='Document to chunks: {"unit": "chars" | "tokens", "chunk_size", "overlap", "min_chunk_size"} '
+        "(defaults 4000/400/800 characters; about 1000/100/200 suit the local model, which reads ~1000 characters).",
+    )
+    embedding_json: dict[str, Any] | None = Field(
+        default=None,
+        description='Optional: {"input": "{title}\\n\\n{body}"} (the text embedded per chunk) and this source\'s embedding '
+        "settings (provider, model, dim, api_base, api_key, batch_size, timeout_ms, max_retries, backoff_ms, "
+        "intra_op_threads); the model must be the index's.",
+    )
+    sync_interval_s: int | None = Field(
+        default=None, ge=0, le=31_536_000, description="> 0: synced in the background this often; 0: on demand only."
+    )
+    key_scan_interval_s: int | None = Field(
+        default=None, ge=0, le=31_536_000, description="How often a sync also scans the keys for deleted rows; 0: every sync."
+    )
+    comment: str | None = Field(default=None, description="Free text.")
 
 
 class CustomToolIn(ToolInput):

@@ -13,6 +13,9 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
+from gateway.prompts import Prompt
+from gateway.resource_tools import ResourceTools
+from gateway.runtime import Runtime
 from gateway.store import ConfigStore
 from gateway.tools import ToolHandler
 from gateway.variables import Variable
@@ -21,7 +24,9 @@ from handlers.query.catalog.access import DiscoveryCatalog
 from handlers.query.catalog.tools import CatalogTools
 from handlers.query.discovery import CatalogReaders, DiscoveryTools
 from handlers.query.joins import JoinTools
+from handlers.query.overview import OverviewTools
 from handlers.query.profile import ProfileTools
+from handlers.query.resources import QueryResources, query_prompts
 from handlers.query.sql_tools import SqlTools
 from handlers.query.variables import QUERY_VARIABLES
 
@@ -33,7 +38,8 @@ class QueryHandler(ToolHandler):
     endpoint = "query"
     title = "Database query"
     instructions = (
-        "Read-only access to configured databases. Start with list_targets, then list_schemas, "
+        "Read-only access to configured databases. Start with list_targets and get_schema_info (a whole schema in one "
+        "call, or a summary with suggested next calls when it is large), or list_schemas, "
         "list_tables, describe_table and get_constraints to learn the schema; table_profile and "
         "column_profile show what the data looks like, suggest_joins how tables join (declared keys "
         "first, then inferred ones with evidence and a ready ON clause); then sample_rows, "
@@ -43,7 +49,9 @@ class QueryHandler(ToolHandler):
     )
     variables: ClassVar[tuple[Variable, ...]] = QUERY_VARIABLES
     # The order of tools/list (the agent memory first, as clients have always seen it).
-    tool_groups: ClassVar[tuple[type, ...]] = (AgentMemoryTools, CatalogTools, JoinTools, ProfileTools, DiscoveryTools, SqlTools)
+    tool_groups: ClassVar[tuple[type, ...]] = (
+        AgentMemoryTools, CatalogTools, JoinTools, ProfileTools, DiscoveryTools, OverviewTools, SqlTools, ResourceTools,
+    )  # fmt: skip
 
     def __init__(self, services: Services) -> None:
         super().__init__(services)
@@ -52,6 +60,7 @@ class QueryHandler(ToolHandler):
         self.pools = services.targets
         self.sql = services.sql
         self.catalog = DiscoveryCatalog(services.data_dir / "catalog.db", self.pools.connection)
+        self._resources = QueryResources(self.pools, self.sql, self.in_thread)
 
     def make_groups(self) -> list[object]:
         readers = CatalogReaders(self.pools)
@@ -61,8 +70,16 @@ class QueryHandler(ToolHandler):
             JoinTools(readers, self.sql, self.catalog),
             ProfileTools(readers, self.sql),
             DiscoveryTools(self.pools, readers),
+            OverviewTools(readers, self.sql),
             SqlTools(self.sql, self.in_thread),
+            ResourceTools(self._resources),
         ]
+
+    def resources(self) -> QueryResources:
+        return self._resources
+
+    def prompts(self, runtime: Runtime) -> list[Prompt]:
+        return query_prompts(self.catalog)
 
     async def close(self) -> None:
         self.catalog.close()

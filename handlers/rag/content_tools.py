@@ -22,7 +22,8 @@ class ContentTools:
         """Chunk text for grounding, by chunk_id, in the order given. Optional: diversity
         {lambda} re-orders by maximal marginal relevance (pushes near-duplicates down), and
         max_output_tokens caps the total body text (about 4 characters per token). Ids not in
-        the index are listed in `missing`; NOT_FOUND if none is."""
+        the index are listed in `missing`; NOT_FOUND if none is (its details.missing lists them),
+        as in rag.get_docs."""
         index, call = self._index(), Call.of(ctx)
         wanted = list(dict.fromkeys(args.chunk_ids))
         served = wanted[: call.clamp(len(wanted), call.caps.k_max)]
@@ -49,7 +50,8 @@ class ContentTools:
     def get_docs(self, args: GetDocsIn, ctx: CallContext) -> GetDocsOut:
         """Whole canonical documents by doc_id (title, body, metadata, pk_json of the source
         row). Bodies can be long: prefer rag.get_chunks for grounding. Ids not in the index are
-        listed in `missing`; NOT_FOUND if none is."""
+        listed in `missing`; NOT_FOUND if none is (its details.missing lists them), as in
+        rag.get_chunks."""
         index, call = self._index(), Call.of(ctx)
         wanted = list(dict.fromkeys(args.doc_ids))
         served = wanted[: call.clamp(len(wanted), call.caps.k_max)]

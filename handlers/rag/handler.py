@@ -35,6 +35,9 @@ from backends.retrieval.storage.reader import Index
 from backends.retrieval.storage.sqlite.index import RagIndex
 from backends.retrieval.variables import RAG_VARIABLES
 from gateway.data_files import DataFiles
+from gateway.prompts import Prompt
+from gateway.resource_tools import ResourceTools
+from gateway.runtime import Runtime
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore
 from gateway.tools import ToolHandler
@@ -43,6 +46,7 @@ from handlers.rag.cli import add_commands
 from handlers.rag.content_tools import ContentTools
 from handlers.rag.fetch import FetchTools
 from handlers.rag.opened import Opened
+from handlers.rag.resources import RagResources, rag_prompts
 from handlers.rag.search_tools import SearchTools
 from handlers.rag.stats_tools import StatsTools
 from handlers.rag.sync_tools import SyncTools
@@ -67,11 +71,12 @@ class RagHandler(ToolHandler):
     )
     config_modules: ClassVar[tuple[ConfigModule, ...]] = (RAG_SOURCES_MODULE,)
     data_files: ClassVar[DataFiles | None] = RAG_DATA_FILES
-    tool_groups: ClassVar[tuple[type, ...]] = (FetchTools, SyncTools, SearchTools, ContentTools, StatsTools)
+    tool_groups: ClassVar[tuple[type, ...]] = (FetchTools, SyncTools, SearchTools, ContentTools, StatsTools, ResourceTools)
 
     def __init__(self, services: Services) -> None:
         super().__init__(services)
         self.opened = Opened()  # what init opens: the index, its embedder and query vectors, the sync jobs
+        self._resources = RagResources(self.opened.open_index, self.in_thread)
         self._closing = threading.Event()  # stops a purge of removed sources and the follower at shutdown
         self._follower: threading.Thread | None = None
         # search results say when the index is building
@@ -85,7 +90,14 @@ class RagHandler(ToolHandler):
             SearchTools(opened.open_index, opened.query_vectors, self.build_watch),
             ContentTools(opened.open_index),
             StatsTools(opened.open_index, opened.recent_jobs),
+            ResourceTools(self._resources),
         ]
+
+    def resources(self) -> RagResources:
+        return self._resources
+
+    def prompts(self, runtime: Runtime) -> list[Prompt]:
+        return rag_prompts()
 
     @property
     def index(self) -> Index | None:

@@ -11,6 +11,7 @@ import orjson
 
 from gateway.errors import NotFound
 
+MAX_MISSING_LISTED = 100  # ids a NOT_FOUND lists in details.missing
 ENVELOPE_BYTES = 512  # room for `truncated`, `stats` and the keys around a tool's result list
 
 
@@ -57,6 +58,7 @@ def ids_not_found(kind: str, sent: list[str], distinct: list[str], looked_up: li
     elif len(sent) != len(distinct):
         message += f" ({len(sent)} sent, {len(distinct)} distinct)"
     details = {
+        "missing": looked_up[:MAX_MISSING_LISTED],  # the field a partial answer lists them in
         "sent": len(sent),
         "distinct": len(distinct),
         "looked_up": len(looked_up),

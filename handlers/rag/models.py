@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backends.retrieval.fusion import RESOLVED_DEFAULTS, ResolvedFuse
 from gateway.tools import INT64_MAX, INT64_MIN, ToolInput, ToolOutput
@@ -110,9 +110,25 @@ class SearchOutput(ToolOutput):
     )
 
 
+def _also_spelled(data: Any, name: str, other: str) -> Any:
+    """The search tools take the query text as `query` (fts, hybrid) or `query_text` (vector, the
+    blueprint's names); each also accepts the other spelling, which is read as its own."""
+    if isinstance(data, dict) and other in data:
+        data = dict(data)
+        given = data.pop(other)
+        if name in data and data[name] != given:
+            raise ValueError(f"give {name} or {other} (the same thing), not both")
+        data[name] = given
+    return data
+
+
 # -- rag.search_fts ----------------------------------------------------------------------------
 class SearchFtsIn(ToolInput):
-    query: str = Field(..., min_length=1, description="Words to look for. Quoted into FTS5 syntax unless syntax='fts5'.")
+    query: str = Field(
+        ...,
+        min_length=1,
+        description="Words to look for. Quoted into FTS5 syntax unless syntax='fts5'. (query_text is accepted too.)",
+    )
     syntax: Literal["text", "fts5"] = Field(
         "text", description="text: any of the words, ranked by bm25 (safe for any input). fts5: the query is FTS5 MATCH syntax."
     )
@@ -124,6 +140,11 @@ class SearchFtsIn(ToolInput):
     return_: SearchReturn = Field(default_factory=SearchReturn, alias="return")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_text(cls, data: Any) -> Any:
+        return _also_spelled(data, "query", "query_text")
 
 
 # -- rag.search_vector -------------------------------------------------------------------------
@@ -138,7 +159,9 @@ class EmbeddingOptions(ToolInput):
 
 
 class SearchVectorIn(ToolInput):
-    query_text: str | None = Field(None, min_length=1, description="Text to embed with the index's model.")
+    query_text: str | None = Field(
+        None, min_length=1, description="Text to embed with the index's model. (query is accepted too, as in rag.search_hybrid.)"
+    )
     query_embedding: QueryEmbedding | None = Field(None, description="A precomputed query vector (instead of query_text).")
     k: int = Field(10, ge=1, le=MAX_K, description="Results wanted (capped by rag-k_max).")
     filters: Filters = Field(default_factory=Filters)
@@ -146,6 +169,11 @@ class SearchVectorIn(ToolInput):
     return_: SearchReturn = Field(default_factory=SearchReturn, alias="return")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query(cls, data: Any) -> Any:
+        return _also_spelled(data, "query_text", "query")
 
 
 # -- rag.search_hybrid -------------------------------------------------------------------------
@@ -220,7 +248,7 @@ class FtsThenVecParams(ToolInput):
 
 
 class SearchHybridIn(ToolInput):
-    query: str = Field(..., min_length=1)
+    query: str = Field(..., min_length=1, description="A question or keywords. (query_text is accepted too.)")
     k: int = Field(10, ge=1, le=MAX_K, description="Results wanted (capped by rag-k_max).")
     mode: Literal["fuse", "fts_then_vec"] = Field(
         "fuse",
@@ -232,6 +260,11 @@ class SearchHybridIn(ToolInput):
     return_: SearchReturn = Field(default_factory=SearchReturn, alias="return")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_text(cls, data: Any) -> Any:
+        return _also_spelled(data, "query", "query_text")
 
 
 # -- rag.get_chunks ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from backends.retrieval.embeddings.queries import QueryVectors
 from backends.retrieval.filters import FilterSQL, build_filter
 from backends.retrieval.storage.reader import Index, Reader, reading
 from backends.retrieval.storage.sqlite import fts
-from gateway.errors import InvalidArgument
+from gateway.errors import InvalidArgument, NotFound
 from gateway.tools import CallContext, tool
 from handlers.rag.limits import ENVELOPE_BYTES, fit_to_bytes
 from handlers.rag.models import Filters, IndexBuild, SearchFtsIn, SearchHybridIn, SearchOutput, SearchVectorIn, Stats
@@ -53,12 +53,13 @@ class SearchTools:
 
     @tool("rag.search_vector", title="Semantic search", read_only=True)
     def search_vector(self, args: SearchVectorIn, ctx: CallContext) -> SearchOutput:
-        """Nearest chunks by meaning. Give query_text (embedded with the index's model) or
+        """Nearest chunks by meaning. Give query_text (embedded with the index's model; `query`
+        is accepted as another spelling, as in the other search tools) or
         query_embedding {dim, values_b64: float32 little-endian, base64}, used as given. score_vec
         in [0,1] is 1 - cosine_distance/2; distance_raw is the cosine distance."""
         index, call = self._index(), Call.of(ctx)
         if (args.query_text is None) == (args.query_embedding is None):
-            raise InvalidArgument("give exactly one of query_text and query_embedding")
+            raise InvalidArgument("give exactly one of query_text (or query) and query_embedding")
         _check_model(index, args.embedding.model if args.embedding else None)
         match = None
         if args.query_text is not None:
@@ -121,7 +122,41 @@ class SearchTools:
 
 
 def _filter(reader: Reader, filters: Filters) -> FilterSQL:
+    _check_sources(reader, filters)
     return build_filter(filters, all_sources_enabled=reader.all_sources_enabled())
+
+
+MAX_SOURCES_NAMED = 50  # sources listed in the error for an unknown one
+
+
+def _check_sources(reader: Reader, filters: Filters) -> None:
+    """An unknown source in a filter is NOT_FOUND naming the sources there are (as rag.admin.sync
+    answers for an unknown name), not a silent empty result: a typo must not read as "no match"."""
+    if not filters.source_names and not filters.source_ids:
+        return
+    sources = [
+        (int(sid), str(name), bool(enabled))
+        for sid, name, enabled in reader.execute("SELECT source_id, name, enabled FROM rag_sources ORDER BY name")
+    ]
+    names, ids = {name for _, name, _ in sources}, {sid for sid, _, _ in sources}
+    unknown_names = [n for n in dict.fromkeys(filters.source_names or ()) if n not in names]
+    unknown_ids = [i for i in dict.fromkeys(filters.source_ids or ()) if i not in ids]
+    if not unknown_names and not unknown_ids:
+        return
+    asked = [f"named {n!r}" for n in unknown_names[:10]] + [f"with source_id {i}" for i in unknown_ids[:10]]
+    listed = ", ".join(f"{name} ({sid}{'' if enabled else ', disabled'})" for sid, name, enabled in sources[:MAX_SOURCES_NAMED])
+    more = f" and {len(sources) - MAX_SOURCES_NAMED} more" if len(sources) > MAX_SOURCES_NAMED else ""
+    raise NotFound(
+        f"filters: no rag source {' or '.join(asked)} in the index; its sources are: {listed or 'none'}{more} "
+        "(a source is indexed from its first sync on)",
+        details={
+            "unknown_source_names": unknown_names,
+            "unknown_source_ids": unknown_ids,
+            "sources": [
+                {"source_id": sid, "name": name, "enabled": enabled} for sid, name, enabled in sources[:MAX_SOURCES_NAMED]
+            ],
+        },
+    )
 
 
 def _check_model(index: Index, model: str | None) -> None:

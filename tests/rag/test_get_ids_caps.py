@@ -17,9 +17,12 @@ def test_unknown_ids_over_the_cap_report_sent_and_capped(gateway_server: Gateway
         error = result["structuredContent"]["error"]
         assert result["isError"] and error["code"] == "NOT_FOUND", result
         assert "1000" in error["message"] and "50" in error["message"] and "rag-k_max" in error["message"], error
+        missing = error["details"].pop("missing")
+        assert missing == [f"no-such-id-{i}" for i in range(50)]  # what was looked up (issue 29)
         assert error["details"] == {"sent": 1000, "distinct": 1000, "looked_up": 50, "not_looked_up": 950, "cap": "rag-k_max"}
         # Duplicates count once; under the cap nothing is left out.
         result = call_tool(http, gateway_server, "rag", tool, {key: ["a", "a", "b"]})
         error = result["structuredContent"]["error"]
+        assert len(error["details"].pop("missing")) == 2
         assert error["details"] == {"sent": 3, "distinct": 2, "looked_up": 2, "not_looked_up": 0, "cap": "rag-k_max"}, error
         assert "none of the 2" in error["message"], error

@@ -106,3 +106,73 @@ def test_searches_during_a_build_report_progress(tmp_path: Path, slow_embedder: 
         assert "notes" in seen[-1]["sources"] and seen[-1]["job_id"] == started["job_id"], seen[-1]
         done = _search(gateway, http)
         assert done.get("index") is None and done["stats"]["k_returned"] == 5, done
+
+
+def test_a_build_by_another_process_reports_counts_that_agree_with_the_results(
+    tmp_path: Path, slow_embedder: EmbeddingServer
+) -> None:
+    """Issue 29: the demo corpus is synced by its own job manager (not the rag handler's), so a
+    search learns the build's progress from rag_sync_jobs. It used to say `0 (sources still being
+    counted)` until the first 256 embeddings were committed and then lag one batch behind, so
+    results came back beside `documents: 0`. Here a sync run by `run_sync` in this test process
+    (another process, as far as the gateway is concerned) builds the index while searches watch."""
+    import io
+    import threading
+
+    from backends.retrieval.ingest.foreground import run_sync
+    from gateway.assembly import open_config
+
+    corpus = tmp_path / "notes.db"
+    with sqlite3.connect(corpus) as conn:
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, title TEXT, body TEXT)")
+        conn.executemany(
+            "INSERT INTO notes VALUES (?, ?, ?)", [(i, f"note {i}", f"note {i} is about herons") for i in range(1, ROWS + 1)]
+        )
+    variables = {
+        "rag-embedding_provider": "openai",
+        "rag-embedding_api_base": slow_embedder.url,
+        "rag-embedding_model": "slow-test-model",
+        "rag-embedding_dim": DIM,
+    }
+    with start_gateway(variables=variables) as gateway, gateway.client(timeout=30.0) as http:
+        _admin(
+            gateway,
+            http,
+            f"INSERT INTO mcp_target_profiles (target_id, protocol, database) VALUES ('notes', 'sqlite', '{corpus}')",
+        )
+        _admin(
+            gateway,
+            http,
+            "INSERT INTO rag_sources (source_id, name, target_id, table_name, pk_column, doc_map_json, sync_interval_s) "
+            f"VALUES (1, 'notes', 'notes', 'notes', 'id', '{json.dumps(DOC_MAP)}', 0)",
+        )
+        _admin(gateway, http, "LOAD MCP PROFILES TO RUNTIME")
+        _admin(gateway, http, "LOAD RAG SOURCES TO RUNTIME")
+        slow_embedder.script.delay_s = 0.3
+        codes: list[int] = []
+        store = open_config(gateway.data_dir)
+        sync = threading.Thread(target=lambda: codes.append(run_sync(store, "notes", progress=False, out=io.StringIO())))
+        began = time.monotonic()
+        sync.start()
+        seen: list[dict[str, Any]] = []
+        first_hit_s = None
+        while sync.is_alive() and time.monotonic() - began < 60:
+            found = _search(gateway, http)
+            if found.get("index") is not None:
+                seen.append({**found["index"], "k_returned": found["stats"]["k_returned"]})
+                if first_hit_s is None and found["stats"]["k_returned"]:
+                    first_hit_s = time.monotonic() - began
+            time.sleep(0.05)
+        sync.join(timeout=30)
+        assert codes == [0], codes
+        assert seen, "no search saw the build"
+        # Results never come back beside a count that says nothing is indexed.
+        assert all(note["documents"] > 0 for note in seen if note["k_returned"]), seen
+        # Once anything is written, the total is known (counting ends before the first batch).
+        assert all(note["of"] == ROWS for note in seen if note["documents"]), seen
+        assert all(note["documents"] <= ROWS for note in seen), seen
+        assert all(f"{note['documents']} of {ROWS} documents" in note["message"] for note in seen if note["of"] is not None), seen
+        assert not any("(sources still being counted)" in note["message"] for note in seen), seen
+        # The first batch is small: searches find something well before the build ends.
+        assert first_hit_s is not None and any(note["k_returned"] and note["documents"] < ROWS for note in seen), seen
+        assert _search(gateway, http).get("index") is None

@@ -589,3 +589,53 @@ def test_meaning_without_shared_words_is_found_with_the_local_model(tmp_path: Pa
         assert gateway.ok("rag.search_hybrid", {"query": query})["results"][0]["doc_id"] == "kb:1"
     finally:
         asyncio.run(gateway.handler.close())
+
+
+# -- issue 29: one spelling of the query text, unknown sources, unknown ids --------------------------
+@pytest.mark.parametrize(
+    ("name", "canonical", "other"),
+    [
+        ("rag.search_fts", "query", "query_text"),
+        ("rag.search_hybrid", "query", "query_text"),
+        ("rag.search_vector", "query_text", "query"),
+    ],
+)
+def test_every_search_takes_query_and_query_text(gw: Gateway, name: str, canonical: str, other: str) -> None:
+    """Issue 29: rag.search_vector took only query_text (the blueprint's name) and the other two
+    only query; a caller using the other tool's spelling got "extra inputs are not permitted"."""
+    as_documented = gw.ok(name, {canonical: "json documents", "k": 5})["results"]
+    as_other = gw.ok(name, {other: "json documents", "k": 5})["results"]
+    assert as_documented and [h["chunk_id"] for h in as_other] == [h["chunk_id"] for h in as_documented]
+    assert gw.ok(name, {canonical: "json documents", other: "json documents", "k": 5})["results"]  # the same: fine
+    both = gw.error(name, {canonical: "json documents", other: "replica lag", "k": 5})
+    assert both["code"] == "INVALID_ARGUMENT" and "not both" in both["message"], both
+    spec = gw.handler.find_tool(name)
+    assert canonical in spec.input_schema["properties"]  # the blueprint's name stays the documented one
+    assert other in spec.input_schema["properties"][canonical]["description"]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_an_unknown_source_in_a_filter_says_which_sources_exist(gw: Gateway, mode: str) -> None:
+    """Issue 29: an unknown source_names (or source_ids) filter returned nothing, silently; it is
+    NOT_FOUND naming the sources there are, in every mode (as rag.admin.sync answers an unknown name)."""
+    name, args = MODES[mode]
+    error = gw.error(name, {**args, "filters": {"source_names": ["alpha", "betta"]}})
+    assert error["code"] == "NOT_FOUND", error
+    assert "'betta'" in error["message"] and "alpha (1)" in error["message"] and "gamma (3, disabled)" in error["message"]
+    assert error["details"]["unknown_source_names"] == ["betta"] and error["details"]["unknown_source_ids"] == []
+    assert {s["name"] for s in error["details"]["sources"]} == {"alpha", "beta", "gamma"}
+    by_id = gw.error(name, {**args, "filters": {"source_ids": [1, 99]}})
+    assert by_id["code"] == "NOT_FOUND" and by_id["details"]["unknown_source_ids"] == [99], by_id
+    assert gw.ok(name, {**args, "k": 50, "filters": {"source_names": ["gamma"]}})["results"] == []  # known, disabled
+
+
+@pytest.mark.parametrize(
+    ("tool", "key", "known"), [("rag.get_chunks", "chunk_ids", "s1:0#0"), ("rag.get_docs", "doc_ids", "s1:0")]
+)
+def test_get_chunks_and_get_docs_answer_unknown_ids_alike(gw: Gateway, tool: str, key: str, known: str) -> None:
+    """Issue 29: both tools list unknown ids under `missing` beside what they found, and both are
+    NOT_FOUND when none is found, the error's details.missing listing the ids."""
+    partial = gw.ok(tool, {key: [known, "nope-1"]})
+    assert partial["missing"] == ["nope-1"]
+    error = gw.error(tool, {key: ["nope-1", "nope-2", "nope-1"]})
+    assert error["code"] == "NOT_FOUND" and error["details"]["missing"] == ["nope-1", "nope-2"], error

@@ -225,6 +225,18 @@ class JobManager:
             job.locks[spec.name].confirm()
             self._record(job, conn)
 
+        phases = [progress.phase]
+
+        def progressed(p: SourceProgress) -> None:
+            # A new phase is recorded at once: other processes (a search's `index` note, the demo
+            # synced by the server's own thread) learn the row count when counting ends, not
+            # with the first batch, which may be a long embedding away.
+            if p.phase != phases[-1]:
+                phases.append(p.phase)
+                self._record(job)
+            if on_progress is not None:
+                on_progress(p)
+
         SourceSync(
             spec,
             target,
@@ -234,7 +246,7 @@ class JobManager:
             options=job.options,
             writer=self._writer,
             in_transaction=record_job,
-            on_progress=on_progress,
+            on_progress=progressed,
             stop=self.stop,
             scratch_dir=self.data_dir,
         ).run()

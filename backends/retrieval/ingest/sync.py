@@ -49,6 +49,10 @@ from gateway.errors import GatewayError, Unavailable
 DELETE_BATCH_DOCS = 500
 READ_QUEUE_BATCHES = 2  # read-ahead: bounded, so memory does not grow with the table
 EMBED_CHUNKS_PER_WRITE = 256  # new embeddings per committed write batch (progress and crash granularity)
+# The first write batch is small and each next one doubles up to EMBED_CHUNKS_PER_WRITE: with a
+# slow model, a fresh index answers its first searches within seconds (the demo corpus on first
+# start) instead of after a whole batch of 256 embeddings (~40 s on two busy cores).
+FIRST_WRITE_CHUNKS = 16
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ class SourceSync:
         )
         self.fingerprint = definition_fingerprint(spec, embedder.model_id)
         self.mode = "watermark" if spec.watermark_column else "append_only"
+        self._write_chunks = min(FIRST_WRITE_CHUNKS, EMBED_CHUNKS_PER_WRITE)  # ramps up: see FIRST_WRITE_CHUNKS
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> SourceProgress:
@@ -303,7 +308,8 @@ class SourceSync:
                     deletes.append(gone_id)
             else:
                 docs.append(self._document(row, *mapped, stored, to_embed))
-            if len(to_embed) >= EMBED_CHUNKS_PER_WRITE or position == len(entries) - 1:
+            if len(to_embed) >= self._write_chunks or position == len(entries) - 1:
+                self._write_chunks = min(self._write_chunks * 2, EMBED_CHUNKS_PER_WRITE) if to_embed else self._write_chunks
                 batch = self._seal(docs, deletes, to_embed, row, cursor)
                 cursor = batch.cursor
                 yield batch
@@ -393,14 +399,23 @@ class SourceSync:
         }
         cursor_json = json.dumps({"definition": self.fingerprint, **(batch.cursor or {})})
 
+        before = (p.docs_written, p.chunks_written, p.chunks_embedded, p.chunks_reused)
+
         def bookkeeping(conn: apsw.Connection) -> None:
             self._save_state(conn, cursor_json=cursor_json, counts=after)
+            # The counters move with the batch they count: what the job row records in this same
+            # transaction (and what a search reads as `index.documents`) covers this batch, so
+            # no reader sees its documents searchable beside a count that leaves them out.
+            p.docs_written, p.chunks_written = after["docs_written"], after["chunks_written"]
+            p.chunks_embedded, p.chunks_reused = after["chunks_embedded"], after["chunks_reused"]
             if self.extra_in_transaction is not None:
                 self.extra_in_transaction(conn)
 
-        self.index.write_batch(batch.docs, delete_doc_ids=batch.delete_doc_ids, in_transaction=bookkeeping)
-        p.docs_written, p.chunks_written = after["docs_written"], after["chunks_written"]
-        p.chunks_embedded, p.chunks_reused = after["chunks_embedded"], after["chunks_reused"]
+        try:
+            self.index.write_batch(batch.docs, delete_doc_ids=batch.delete_doc_ids, in_transaction=bookkeeping)
+        except BaseException:
+            p.docs_written, p.chunks_written, p.chunks_embedded, p.chunks_reused = before  # rolled back
+            raise
         self.on_progress(p)
 
     def _save_state(

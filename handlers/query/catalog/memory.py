@@ -251,6 +251,14 @@ class AgentMemory:
             self._index(conn, "question_template", template_id, agent["target_id"], question, sql_template)
         return template_id
 
+    def question_templates(self, limit: int) -> list[dict[str, Any]]:
+        """The newest recorded question templates (MCP prompts of /mcp/query)."""
+        return self.store.rows(
+            "SELECT template_id, target_id, question, sql_template, parameters_json FROM llm_question_templates "
+            "ORDER BY template_id DESC LIMIT ?",
+            (limit,),
+        )
+
     def note_add(
         self, target_id: str, run_id: int, agent_run_id: int | None, object_id: int | None, title: str, body: str, tags: str
     ) -> int:
