@@ -27,6 +27,31 @@ MetadataInt = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 # -- shared pieces ---------------------------------------------------------------------------
+MetadataKey = Annotated[str, Field(min_length=1, max_length=128, pattern=r'^[^"\\\x00-\x1f]+$')]
+MetadataNumber = Annotated[float, Field(ge=-1e15, le=1e15)]
+MetadataValue = Annotated[str, Field(max_length=1000)] | bool | MetadataNumber
+MetadataBound = MetadataNumber | datetime
+
+
+class MetadataFilter(ToolInput):
+    """A condition on one metadata key (as the source's doc_map_json picks it): every field given must
+    hold. A list value holds when one of its elements does. Strings match strings, numbers numbers,
+    booleans booleans; date bounds (ISO 8601 text, naive = UTC) compare the values as timestamps."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    key: MetadataKey = Field(..., description="The metadata key, exactly as stored (e.g. category).")
+    eq: MetadataValue | None = Field(None, description="Equal to this value.")
+    in_: list[MetadataValue] | None = Field(
+        None, alias="in", max_length=MAX_FILTER_VALUES, description="Equal to one of these values (with eq: either)."
+    )
+    gt: MetadataBound | None = Field(None, description="Greater than (a number, or a date/time for dates).")
+    gte: MetadataBound | None = Field(None, description="At least.")
+    lt: MetadataBound | None = Field(None, description="Less than.")
+    lte: MetadataBound | None = Field(None, description="At most.")
+    exists: bool | None = Field(None, description="true: the key has a non-null value; false: it has none.")
+
+
 class Filters(ToolInput):
     """The shared filter model: every field narrows the result; lists within a field are OR."""
 
@@ -47,6 +72,13 @@ class Filters(ToolInput):
     tags_all: list[str] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Documents with every one of these tags.")
     created_after: datetime | None = Field(None, description="Metadata CreationDate strictly after this (ISO 8601; naive = UTC).")
     created_before: datetime | None = Field(None, description="Metadata CreationDate strictly before this.")
+    metadata: list[MetadataFilter] | None = Field(
+        None,
+        max_length=32,
+        description='Conditions on any metadata key, all of which must hold: [{"key": "category", "eq": "outdoor"}, '
+        '{"key": "price", "gte": 10, "lt": 20}, {"key": "published", "gte": "2024-01-01"}, {"key": "tags", "in": ["a", "b"]}, '
+        '{"key": "author", "exists": true}]. A key no indexed source picks is reported in warnings.',
+    )
 
 
 class SearchReturn(ToolInput):
@@ -107,6 +139,9 @@ class SearchOutput(ToolOutput):
     stats: Stats
     index: IndexBuild | None = Field(
         None, description="Present while a sync is building the index: its progress (results cover what is indexed so far)."
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="What the caller may not have meant (a filter on a key no document has)."
     )
 
 
