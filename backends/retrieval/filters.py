@@ -68,9 +68,9 @@ def _marks(values: list[Any]) -> str:
     return ",".join("?" * len(values))
 
 
-def build_filter(filters: Filters, *, all_sources_enabled: bool, dialect: str = "sqlite") -> FilterSQL:
-    """Translate `filters` into a WHERE fragment over `c` (rag_chunks); `dialect` ("sqlite" or
-    "postgresql") picks the JSON functions of the generic metadata clauses."""
+def build_filter(filters: Filters, *, all_sources_enabled: bool, dialect: str = "json1") -> FilterSQL:
+    """Translate `filters` into a WHERE fragment over `c` (rag_chunks); `dialect` ("json1": rag.db, or
+    "jsonb": the PostgreSQL index) picks the JSON functions of the generic metadata clauses."""
     clauses: list[str] = []
     params: list[Any] = []
     user_narrows = False
@@ -163,7 +163,7 @@ def metadata_condition(clause: MetadataClause, dialect: str) -> tuple[str, list[
     symbol = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
     parts: list[str] = []
     params: list[Any] = []
-    if dialect == "postgresql":
+    if dialect == "jsonb":
         doc = "d.metadata_json::jsonb"
         tests: list[str] = []
         variables: dict[str, Any] = {}
