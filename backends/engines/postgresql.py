@@ -33,6 +33,7 @@ import hmac
 import itertools
 import math
 import os
+import re
 import select
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -1206,7 +1207,9 @@ class PgVectorSearch:
             " AND NOT ta.attisdropped AND tt.typname IN ('text', 'varchar', 'bpchar')) AS text_columns,"
             " (SELECT string_agg(ka.attname, ',' ORDER BY ka.attnum) FROM pg_catalog.pg_index pk"
             " JOIN pg_catalog.pg_attribute ka ON ka.attrelid = c.oid AND ka.attnum = ANY(pk.indkey)"
-            " WHERE pk.indrelid = c.oid AND pk.indisprimary) AS key_columns"
+            " WHERE pk.indrelid = c.oid AND pk.indisprimary) AS key_columns,"
+            " (SELECT xn.nspname FROM pg_catalog.pg_extension x JOIN pg_catalog.pg_namespace xn ON xn.oid = x.extnamespace"
+            " WHERE x.extname = 'vector') AS vector_schema"
             " FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid"
             " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace JOIN pg_catalog.pg_type t ON t.oid = a.atttypid"
             " WHERE t.typname IN ('vector', 'halfvec') AND a.attnum > 0 AND NOT a.attisdropped"
@@ -1240,12 +1243,19 @@ class PgVectorSearch:
         op: str,
         vector_marker: str,
         limit: int,
+        vector_schema: str | None = None,
     ) -> str:
         """The `limit` rows nearest the bound vector, ordered by the index's operator (so the
-        database's ANN index answers): their keys, texts and distance (column `_distance`)."""
+        database's ANN index answers): their keys, texts and distance (column `_distance`).
+
+        The operator is written OPERATOR(schema.op): the read-only check re-writes the statement
+        from its parse, and a bare `<=>` would come back as MySQL's null-safe equality."""
         q = PostgreSQL.quote
+        simple = vector_schema is not None and re.fullmatch(r"[a-z_][a-z0-9_]*", vector_schema) is not None
         cast = "halfvec" if type_ == "halfvec" else "vector"
-        distance = f"{q(column)} {op} {vector_marker}::{cast}"
+        operator = f"OPERATOR({vector_schema}.{op})" if simple else f"OPERATOR({op})"
+        cast = f"{q(vector_schema or '')}.{cast}" if simple else cast
+        distance = f"{q(column)} {operator} CAST({vector_marker} AS {cast})"
         selected = ", ".join([*(q(c) for c in key_columns), *(q(c) for c in text_columns), f"{distance} AS _distance"])
         return (
             f"SELECT {selected} FROM {q(schema)}.{q(table)} WHERE {q(column)} IS NOT NULL ORDER BY {distance} LIMIT {int(limit)}"

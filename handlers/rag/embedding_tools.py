@@ -31,7 +31,7 @@ class EmbeddingTools:
         vector comes as {dim, values_b64 (float32 little-endian, base64), model}: pass it as
         rag.search_vector's query_embedding, or compare it with your own vector columns. A text
         equal to what the index embedded for a chunk ("{title}\\n\\n{body}" by default, a source's
-        input_template otherwise) gives exactly the stored vector."""
+        input_template otherwise) gives exactly the stored vector (unit length)."""
         embedder, call = self._embedder(), Call.of(ctx)
         if (args.text is None) == (args.texts is None):
             raise InvalidArgument("give exactly one of text and texts")
@@ -39,7 +39,10 @@ class EmbeddingTools:
         for i, text in enumerate(texts):
             call.check_query(text, name="text" if args.text is not None else f"texts[{i}]")
         call.check_deadline()
-        matrix = embedder.embed(texts) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
+        matrix = np.asarray(embedder.embed(texts), dtype=np.float32) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
+        # Unit length, computed as both index storages do when they write a vector: the result is
+        # bit for bit what the index holds for the same text.
+        matrix = (matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), np.float32(1e-12))).astype(np.float32)
         call.check_deadline()
         items = [
             {"index": i, "dim": int(vector.shape[0]), "values_b64": encode_vector(vector), "model": embedder.model_id}

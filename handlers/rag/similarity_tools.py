@@ -152,7 +152,18 @@ class SimilarityTools:
         if index is None:
             warnings.append(f"no ANN index of metric {metric} on {column['column_name']!r}: the database scans the table exactly")
         limit = call.clamp(args.k, target.max_rows)
-        sql = search.nearest_sql(schema, args.table, column["column_name"], column["type"], keys, texts, op, marker("q"), limit)
+        sql = search.nearest_sql(
+            schema,
+            args.table,
+            column["column_name"],
+            column["type"],
+            keys,
+            texts,
+            op,
+            marker("q"),
+            limit,
+            column["vector_schema"],
+        )
         out = self._sql().run(
             ctx,
             Statement(
