@@ -129,10 +129,7 @@ class SimilarityTools:
                 raise InvalidArgument(f"{schema}.{args.table}.{args.vector_column} is not a vector column")
         column = found[0]
         warnings = []
-        if (
-            args.vector_column is None
-            and len({c["column_name"] for c in self._columns(ctx, target, search, schema, args.table)}) > 1
-        ):
+        if args.vector_column is None and len(found) > 1:
             warnings.append(f"the table has several vector columns; searched {column['column_name']!r} (pass vector_column)")
         dim = int(column["dim"]) if column["dim"] and int(column["dim"]) > 0 else None
         texts = (
