@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,8 @@ from handlers.rag.models import (
     VectorColumnsOut,
 )
 
+DISCOVERY_TTL_S = 5.0
+
 
 def _similarity(metric: str, distance: float) -> float:
     if metric == "cosine":
@@ -45,6 +48,9 @@ class SimilarityTools:
         self._sql = sql
         self._targets = targets
         self._embedder = embedder
+        # A table's vector columns as similarity_search last discovered them, for DISCOVERY_TTL_S:
+        # one catalog round trip fewer per search (the search statement itself always runs).
+        self._discovered: dict[tuple[str, str, str], tuple[float, list[dict[str, Any]]]] = {}
 
     def _search_engine(self, target_id: str | None) -> Any:
         if self._targets is None:
@@ -120,7 +126,15 @@ class SimilarityTools:
             raise InvalidArgument("give exactly one of query_text and query_embedding")
         target, search = self._search_engine(args.target_id)
         schema = args.schema_ or target.engine.default_schema(target)
-        found = self._columns(ctx, target, search, schema, args.table)
+        cache_key = (target.target_id, schema, args.table)
+        cached = self._discovered.get(cache_key)
+        if cached is not None and time.monotonic() - cached[0] < DISCOVERY_TTL_S:
+            found = cached[1]
+        else:
+            found = self._columns(ctx, target, search, schema, args.table)
+            if len(self._discovered) >= 1024:
+                self._discovered.clear()
+            self._discovered[cache_key] = (time.monotonic(), found)
         if not found:
             raise InvalidArgument(f"table {schema}.{args.table} has no vector column (or does not exist, or is not visible)")
         if args.vector_column is not None:
