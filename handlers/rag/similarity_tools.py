@@ -21,7 +21,7 @@ from backends.retrieval.call import Call
 from backends.retrieval.ingest.chunking import ChunkingSpec, chunk_text
 from backends.retrieval.protocols import Embedder
 from backends.sql import ReadOnlySql, Statement
-from gateway.errors import InvalidArgument
+from gateway.errors import InvalidArgument, PermissionDenied
 from gateway.tools import CallContext, tool
 from handlers.rag.limits import ENVELOPE_BYTES, json_size
 from handlers.rag.models import (
@@ -73,6 +73,31 @@ class SimilarityTools:
         names = [c["name"] for c in out["columns"]]
         return [dict(zip(names, row, strict=True)) for row in out["rows"]]
 
+    def _searchable(self, ctx: CallContext, target: Any, search: Any, row: dict[str, Any], op: str) -> bool:
+        """Whether the query rules let rag.similarity_search run its statement on this column
+        (checked without running it: the rules and the read-only check only)."""
+        keys = [c for c in (row["key_columns"] or "").split(",") if c] or ["ctid"]
+        texts = [c for c in (row["text_columns"] or "").split(",") if c]
+        sql = search.nearest_sql(
+            row["table_schema"],
+            row["table_name"],
+            row["column_name"],
+            row["type"],
+            keys,
+            texts,
+            op,
+            marker("q"),
+            1,
+            row["vector_schema"],
+        )
+        try:
+            self._sql().prepare(
+                ctx, Statement(sql=sql, target_id=target.target_id, tool_name="rag.similarity_search", params={"q": "[0]"})
+            )
+        except (InvalidArgument, PermissionDenied):
+            return False
+        return True
+
     @tool("rag.vector_columns", title="Vector columns of a target", read_only=True)
     def vector_columns(self, args: VectorColumnsIn, ctx: CallContext) -> VectorColumnsOut:
         """The vector columns (pgvector vector/halfvec) of a target's tables, compact: dimension,
@@ -85,7 +110,9 @@ class SimilarityTools:
         rows = self._columns(ctx, target, search, args.schema_, args.table)
         columns = []
         for row in rows:
-            _, metric, index = search.metric_of(row["indexes"], None)
+            op, metric, index = search.metric_of(row["indexes"], None)
+            if not self._searchable(ctx, target, search, row, op):
+                continue  # a query rule refuses the search: the table is not listed
             dim = int(row["dim"]) if row["dim"] and int(row["dim"]) > 0 else None
             columns.append(
                 {

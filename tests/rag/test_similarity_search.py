@@ -73,6 +73,8 @@ def world(pgvector_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
         conn.execute("CREATE INDEX docs_embedding_hnsw ON docs USING hnsw (embedding vector_cosine_ops)")
         conn.execute("CREATE TABLE small (id int PRIMARY KEY, body text, embedding vector(8))")
         conn.execute("INSERT INTO small VALUES (1, 'eight dims', '[1,2,3,4,5,6,7,8]')")
+        conn.execute("CREATE TABLE secret_vectors (id int PRIMARY KEY, body text, embedding vector(64))")
+        conn.execute(f"INSERT INTO secret_vectors SELECT i, 'secret ' || i, {EMBEDDING_SQL} FROM generate_series(1, 50) i")
         conn.execute("ANALYZE docs")
     corpus = tmp_path_factory.mktemp("simsrc") / "items.db"
     with sqlite3.connect(corpus) as src:
@@ -95,6 +97,9 @@ def world(pgvector_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
             f"INSERT INTO mcp_target_profiles (target_id, protocol, database) VALUES ('items', 'sqlite', '{corpus}')",
             "INSERT INTO rag_sources (source_id, name, target_id, table_name, pk_column, doc_map_json, sync_interval_s) "
             f"VALUES (1, 'items', 'items', 'items', 'id', '{json.dumps(DOC_MAP)}', 0)",
+            "INSERT INTO mcp_query_rules (rule_id, active, target_id, match_pattern, error_msg, apply)"
+            " VALUES (28001, 1, 'vec', 'secret_vectors', 'secret_vectors is off limits', 1)",
+            "LOAD MCP QUERY RULES TO RUNTIME",
             "LOAD MCP PROFILES TO RUNTIME",
             "LOAD RAG SOURCES TO RUNTIME",
         ):
@@ -263,3 +268,30 @@ def test_similarity_search_refuses_a_model_of_another_dimension(world: dict[str,
     assert is_error and "PostgreSQL" in json.dumps(out), out
     is_error, out = sdk_call(world["gateway"], "rag.similarity_search", {"target_id": "vec", "table": "nope", "query_text": "x"})
     assert is_error and "no vector column" in json.dumps(out), out
+
+
+def test_a_table_a_rule_blocks_is_neither_listed_nor_searched(world: dict[str, Any]) -> None:
+    is_error, out = sdk_call(world["gateway"], "rag.vector_columns", {"target_id": "vec"})
+    assert not is_error and "secret_vectors" not in json.dumps(out), out
+    query = {"dim": DIM, "values_b64": _b64(np.ones(DIM))}
+    is_error, out = sdk_call(
+        world["gateway"], "rag.similarity_search", {"target_id": "vec", "table": "secret_vectors", "query_embedding": query}
+    )
+    assert is_error and "off limits" in json.dumps(out) and "secret 1" not in json.dumps(out), out
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"table": 'docs" WHERE false; DROP TABLE docs; --'},
+        {"table": "docs", "key_columns": ["id\", (SELECT string_agg(body, ',') FROM secret_vectors) AS \"x"]},
+        {"table": "docs", "text_columns": ["(SELECT body FROM secret_vectors LIMIT 1)"]},
+        {"table": "docs", "vector_column": "embedding <=> embedding) --"},
+    ],
+)
+def test_identifiers_cannot_inject_sql(world: dict[str, Any], hostile: dict[str, Any]) -> None:
+    query = {"dim": DIM, "values_b64": _b64(np.ones(DIM))}
+    is_error, out = sdk_call(world["gateway"], "rag.similarity_search", {"target_id": "vec", "query_embedding": query, **hostile})
+    assert is_error and "secret" not in json.dumps(out).replace("secret_vectors", ""), out
+    with psycopg.connect(world["user_dsn"]) as conn:
+        assert conn.execute("SELECT count(*) FROM docs").fetchone()[0] == ROWS
