@@ -58,9 +58,11 @@ class SimilarityTools:
         target = self._targets.resolve(target_id)
         search = getattr(target.engine, "vector_search", None)
         if search is None:
-            raise InvalidArgument(
-                f"target {target.target_id!r} is {target.engine.title}: similarity_search needs a PostgreSQL target with pgvector columns"
+            reason = (
+                getattr(target.engine, "vector_search_refusal", None)
+                or "similarity_search needs a PostgreSQL target with pgvector columns"
             )
+            raise InvalidArgument(f"target {target.target_id!r} is {target.engine.title}: {reason}")
         return target, search
 
     def _columns(self, ctx: CallContext, target: Any, search: Any, schema: str | None, table: str | None) -> list[dict[str, Any]]:

@@ -265,7 +265,7 @@ def test_similarity_search_refuses_a_model_of_another_dimension(world: dict[str,
     is_error, out = sdk_call(
         world["gateway"], "rag.similarity_search", {"target_id": "items", "table": "items", "query_text": "x"}
     )
-    assert is_error and "PostgreSQL" in json.dumps(out), out
+    assert is_error and "PostgreSQL" in json.dumps(out) and "sqlite-vec" in json.dumps(out), out
     is_error, out = sdk_call(world["gateway"], "rag.similarity_search", {"target_id": "vec", "table": "nope", "query_text": "x"})
     assert is_error and "no vector column" in json.dumps(out), out
 
