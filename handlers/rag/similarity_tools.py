@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,10 +19,11 @@ import numpy as np
 from backends.binding import marker
 from backends.retrieval import rerank
 from backends.retrieval.call import Call
+from backends.retrieval.embeddings import index_embedding_config, make_embedder
 from backends.retrieval.ingest.chunking import ChunkingSpec, chunk_text
 from backends.retrieval.protocols import Embedder
 from backends.sql import ReadOnlySql, Statement
-from gateway.errors import InvalidArgument, PermissionDenied
+from gateway.errors import ConfigError, InvalidArgument, PermissionDenied
 from gateway.tools import CallContext, tool
 from handlers.rag.limits import ENVELOPE_BYTES, json_size
 from handlers.rag.models import (
@@ -51,6 +53,7 @@ class SimilarityTools:
         # A table's vector columns as similarity_search last discovered them, for DISCOVERY_TTL_S:
         # one catalog round trip fewer per search (the search statement itself always runs).
         self._discovered: dict[tuple[str, str, str], tuple[float, list[dict[str, Any]]]] = {}
+        self._column_embedders: dict[str, Embedder] = {}  # declared columns' models, by their configuration
 
     def _search_engine(self, target_id: str | None) -> Any:
         if self._targets is None:
@@ -127,7 +130,7 @@ class SimilarityTools:
                     "metric": metric,
                     "text_columns": [c for c in (row["text_columns"] or "").split(",") if c],
                     "key_columns": [c for c in (row["key_columns"] or "").split(",") if c],
-                    "embeddable": dim == embedder.dim,
+                    "embeddable": dim == (self._column_embedder(ctx, {**row, "target_id": target.target_id}) or embedder).dim,
                 }
             )
         return VectorColumnsOut(
@@ -187,7 +190,7 @@ class SimilarityTools:
             raise InvalidArgument(f"{schema}.{args.table} has no primary key: pass key_columns")
         if not texts:
             raise InvalidArgument(f"{schema}.{args.table} has no text column: pass text_columns")
-        query = self._query_vector(args, call, dim, column)
+        query = self._query_vector(args, call, ctx, dim, {**column, "target_id": target.target_id})
         op, metric, index = search.metric_of(column["indexes"], args.metric)
         if index is None:
             warnings.append(f"no ANN index of metric {metric} on {column['column_name']!r}: the database scans the table exactly")
@@ -267,7 +270,42 @@ class SimilarityTools:
             stats=Stats(k_requested=args.k, k_returned=len(rows), ms=call.ms(), mode="similarity"),
         )
 
-    def _query_vector(self, args: SimilaritySearchIn, call: Call, dim: int | None, column: dict[str, Any]) -> np.ndarray:
+    def _column_embedder(self, ctx: CallContext, column: dict[str, Any]) -> Embedder | None:
+        """The embedder of the model the admin declared for this column (rag-vector_column_models),
+        or None when none is declared."""
+        raw = str(ctx.runtime.var("rag-vector_column_models") or "").strip()
+        if not raw:
+            return None
+        try:
+            declared = json.loads(raw)
+        except ValueError:
+            raise InvalidArgument("rag-vector_column_models is not a JSON object; fix the variable") from None
+        if not isinstance(declared, dict):
+            raise InvalidArgument("rag-vector_column_models is not a JSON object; fix the variable")
+        target_id = column.get("target_id")
+        spec = declared.get(f"{target_id}.{column['table_schema']}.{column['table_name']}.{column['column_name']}")
+        if spec is None:
+            return None
+        if isinstance(spec, str):
+            spec = {"model": spec}
+        if not isinstance(spec, dict) or set(spec) - {"provider", "model", "dim", "api_base"}:
+            raise InvalidArgument("rag-vector_column_models: a column's model is a name or {provider, model, dim, api_base}")
+        config = {**index_embedding_config(ctx.runtime), **spec}
+        key = json.dumps(config, sort_keys=True, default=str)
+        embedder = self._column_embedders.get(key)
+        if embedder is None:
+            try:
+                embedder = make_embedder(config)
+            except ConfigError as exc:
+                raise InvalidArgument(f"rag-vector_column_models: {exc}") from None
+            if len(self._column_embedders) >= 16:
+                self._column_embedders.clear()
+            self._column_embedders[key] = embedder
+        return embedder
+
+    def _query_vector(
+        self, args: SimilaritySearchIn, call: Call, ctx: CallContext, dim: int | None, column: dict[str, Any]
+    ) -> np.ndarray:
         name = f"{column['table_name']}.{column['column_name']}"
         if args.query_embedding is not None:
             given = args.query_embedding
@@ -283,11 +321,12 @@ class SimilarityTools:
             if not np.all(np.isfinite(vector)):
                 raise InvalidArgument("query_embedding has NaN or infinite values")
             return vector
-        embedder = self._embedder()
+        embedder = self._column_embedder(ctx, column) or self._embedder()
         if dim is not None and dim != embedder.dim:
             raise InvalidArgument(
-                f"{name} holds vectors of dim {dim}; the gateway's embedding model {embedder.model_id!r} makes dim {embedder.dim}: "
-                "its vectors cannot be compared with this column's. Pass query_embedding made with the column's model."
+                f"{name} holds vectors of dim {dim}; the embedding model {embedder.model_id!r} makes dim {embedder.dim}: "
+                "its vectors cannot be compared with this column's. Declare the column's model in rag-vector_column_models, "
+                "or pass query_embedding made with it."
             )
         call.check_query(args.query_text or "", name="query_text")
         return embedder.embed([args.query_text or ""])[0]

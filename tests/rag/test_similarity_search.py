@@ -88,6 +88,8 @@ def world(pgvector_server, tmp_path_factory) -> Iterator[dict[str, Any]]:
         "rag-embedding_dim": DIM,
         "rag-backend": "postgresql",
         "rag-postgres_dsn": index_dsn,
+        # the admin's declaration: public.small.embedding was filled by an 8-dim model
+        "rag-vector_column_models": json.dumps({"vec.public.small.embedding": {"provider": "hash", "dim": 8}}),
     }
     with start_gateway(variables=variables) as gateway, gateway.client(timeout=60.0) as http:
         for statement in (
@@ -176,7 +178,7 @@ def test_vector_columns_discovers_the_column_and_its_index(world: dict[str, Any]
     docs = by_table["docs"]
     assert (docs["column"], docs["dim"], docs["metric"], docs["index"]) == ("embedding", 64, "cosine", "hnsw:docs_embedding_hnsw")
     assert docs["text_columns"] == ["category", "body"] and docs["key_columns"] == ["id"] and docs["embeddable"] is True
-    assert by_table["small"]["embeddable"] is False
+    assert by_table["small"]["embeddable"] is True  # its declared model makes 8 dims
 
 
 def test_similarity_search_recall_at_10_against_brute_force(world: dict[str, Any]) -> None:
@@ -252,10 +254,16 @@ def test_similarity_search_chunks_respect_the_budget_and_the_mmr_bound(world: di
 
 
 def test_similarity_search_refuses_a_model_of_another_dimension(world: dict[str, Any]) -> None:
-    is_error, out = sdk_call(
-        world["gateway"], "rag.similarity_search", {"target_id": "vec", "table": "small", "query_text": "eight"}
-    )
-    assert is_error and "dim 8" in json.dumps(out) and "dim 64" in json.dumps(out), out
+    # small.embedding is declared as filled by hash:8 (rag-vector_column_models): query_text is embedded with it
+    args = {"target_id": "vec", "table": "small", "query_text": "eight dims"}
+    is_error, out = sdk_call(world["gateway"], "rag.similarity_search", args)
+    assert not is_error and [r["key"] for r in out["rows"]] == [{"id": 1}], out
+    # an undeclared 16-dim column: the index's 64-dim model cannot embed for it
+    with psycopg.connect(world["user_dsn"], autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS wide (id int PRIMARY KEY, body text, embedding vector(16))")
+    is_error, out = sdk_call(world["gateway"], "rag.similarity_search", {"target_id": "vec", "table": "wide", "query_text": "x"})
+    text = json.dumps(out)
+    assert is_error and "dim 16" in text and "dim 64" in text and "rag-vector_column_models" in text, out
     is_error, out = sdk_call(
         world["gateway"],
         "rag.similarity_search",
