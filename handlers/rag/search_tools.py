@@ -139,13 +139,29 @@ def _filter(reader: Reader, filters: Filters) -> FilterSQL:
     return build_filter(filters, all_sources_enabled=reader.all_sources_enabled(), dialect=reader.dialect)
 
 
+# The blueprint's filters read denormalised columns; a filter on one no document fills matches nothing.
+_HOT_FILTERS = (
+    (("min_score",), "SELECT 1 FROM rag_chunks WHERE doc_score IS NOT NULL LIMIT 1", "a Score"),
+    (("post_type_ids",), "SELECT 1 FROM rag_chunks WHERE post_type_id IS NOT NULL LIMIT 1", "a PostTypeId"),
+    (("tags_any", "tags_all"), "SELECT 1 FROM rag_doc_tags LIMIT 1", "Tags"),
+    (("created_after", "created_before"), "SELECT 1 FROM rag_chunks WHERE created_at IS NOT NULL LIMIT 1", "a CreationDate"),
+)
+
+
 def _warnings(reader: Reader, filters: Filters) -> list[str]:
-    """A metadata clause on a key no source's doc_map_json picks matches nothing: say so."""
+    """A filter on a key no document has matches nothing: say so (instead of a silent empty result)."""
+    out = []
+    for fields, probe, what in _HOT_FILTERS:
+        given = [f for f in fields if getattr(filters, f) not in (None, [])]
+        if given and not list(reader.execute(probe)):
+            out.append(
+                f"filter {'/'.join(given)}: no indexed document has {what} in its metadata, so it matches nothing;"
+                ' filter your own metadata keys with filters.metadata, e.g. [{"key": "category", "eq": "outdoor"}]'
+            )
     if not filters.metadata:
-        return []
+        return out
     known = metadata_keys([raw for (raw,) in reader.execute("SELECT doc_map_json FROM rag_sources")])
     lowered = {k.lower(): k for k in known}
-    out = []
     for clause in filters.metadata:
         if clause.key in known:
             continue

@@ -124,6 +124,8 @@ def test_blueprint_filters_keep_their_contract_beside_metadata(gw: Gateway) -> N
     """tags_any on a key the source does not have still admits nothing; combined with metadata."""
     out = gw.ok("rag.search_fts", {"query": "database", "k": 100, "filters": {"tags_any": ["outdoor"]}})
     assert out["results"] == []
+    (warning,) = out["warnings"]  # not silence: the source has no tags, and the way to filter is named
+    assert "tags_any" in warning and "no indexed document has Tags" in warning and "filters.metadata" in warning
     both = gw.ok(
         "rag.search_fts",
         {
