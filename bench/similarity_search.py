@@ -15,7 +15,7 @@ Both are given the same query vectors (query_embedding; no embedding cost in eit
 p50/p95 of each, the ratio gateway/plain, the gateway's CPU per call (user+system of its
 process, from /proc), recall@k of each side against an exact scan, and the load average.
 
-    PYTHONPATH=$PWD python bench/similarity_search.py [--rows 100000] [--queries 200] [--k 10]
+    PYTHONPATH=$PWD python bench/similarity_search.py [--rows 100000] [--queries 200] [--k 10] [--json OUT]
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = parser.parse_args()
     load_before = list(os.getloadavg())
     server = start_pgvector_server()
@@ -171,6 +172,9 @@ def main() -> None:
             "cpus": os.cpu_count(),
         }
         print(json.dumps(out, indent=2))
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(out, indent=2) + "\n")
     finally:
         server.drop_database(name)
         server.remove()
