@@ -218,6 +218,12 @@ class SimilarityTools:
             ),
         )
         call.truncated |= bool(out.get("truncated")) and out.get("truncated_reason") != "max_rows"
+        if index is not None and len(out["rows"]) < limit:
+            warnings.append(
+                f"the index scan returned {len(out['rows'])} of the {limit} rows asked for: one ANN index scan stops at the"
+                " database's search width (pgvector: hnsw.ef_search, 40 by default; an admin can raise it, e.g. ALTER DATABASE"
+                " ... SET hnsw.ef_search = 200, or enable hnsw.iterative_scan), or the table has fewer rows"
+            )
         call.check_deadline()
         rows, chunks = [], []
         spec = ChunkingSpec(

@@ -303,3 +303,13 @@ def test_identifiers_cannot_inject_sql(world: dict[str, Any], hostile: dict[str,
     assert is_error and "secret" not in json.dumps(out).replace("secret_vectors", ""), out
     with psycopg.connect(world["user_dsn"]) as conn:
         assert conn.execute("SELECT count(*) FROM docs").fetchone()[0] == ROWS
+
+
+def test_asking_more_rows_than_one_hnsw_scan_gives_says_so(world: dict[str, Any]) -> None:
+    query = {"dim": DIM, "values_b64": _b64(np.ones(DIM))}
+    args = {"target_id": "vec", "table": "docs", "query_embedding": query, "k": 150, "max_output_tokens": 50}
+    is_error, out = sdk_call(world["gateway"], "rag.similarity_search", args)
+    assert not is_error, out
+    assert len(out["rows"]) == 40  # pgvector's default hnsw.ef_search bounds one index scan
+    assert any("hnsw.ef_search" in w for w in out["warnings"]), out["warnings"]
+    assert sum(len(c["text"]) for c in out["chunks"]) <= 50 * 4 and out["truncated"] is True
