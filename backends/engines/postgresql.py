@@ -34,6 +34,7 @@ import hmac
 import itertools
 import math
 import os
+import re
 import select
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -1208,6 +1209,101 @@ class ClusterDatabase:
 CLUSTER_DATABASE = ClusterDatabase()
 
 
+# -- vector columns (similarity_search) ----------------------------------------------------------
+# pgvector columns (vector, halfvec) of a target's tables, their ANN indexes, and the statement
+# that searches one through its index. Every statement here runs through ReadOnlySql (rules,
+# read-only check, caps); the query vector is a bound parameter (a binding marker), never text.
+_VECTOR_OPS = {  # an index's operator class -> (its distance operator, the metric)
+    "vector_cosine_ops": ("<=>", "cosine"),
+    "halfvec_cosine_ops": ("<=>", "cosine"),
+    "vector_l2_ops": ("<->", "l2"),
+    "halfvec_l2_ops": ("<->", "l2"),
+    "vector_ip_ops": ("<#>", "inner_product"),
+    "halfvec_ip_ops": ("<#>", "inner_product"),
+}
+_METRIC_OPS = {"cosine": "<=>", "l2": "<->", "inner_product": "<#>"}
+
+
+class PgVectorSearch:
+    """What similarity_search asks of a PostgreSQL target."""
+
+    types = ("vector", "halfvec")
+
+    @staticmethod
+    def columns_sql(schema_marker: str, table_marker: str | None) -> str:
+        """Vector columns (schema, table, column, type, dim; -1: not declared) with their ANN
+        indexes ("am:opclass:index_name", comma-separated), of one schema (and one table)."""
+        table_cond = f" AND c.relname = {table_marker}" if table_marker else ""
+        return (
+            "SELECT n.nspname AS table_schema, c.relname AS table_name, a.attname AS column_name, t.typname AS type,"
+            " a.atttypmod AS dim, (SELECT string_agg(am.amname || ':' || opc.opcname || ':' || ic.relname, ',')"
+            " FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid"
+            " JOIN pg_catalog.pg_am am ON am.oid = ic.relam JOIN pg_catalog.pg_opclass opc ON opc.oid = i.indclass[0]"
+            " WHERE i.indrelid = c.oid AND i.indkey[0] = a.attnum) AS indexes,"
+            " (SELECT string_agg(ta.attname, ',' ORDER BY ta.attnum) FROM pg_catalog.pg_attribute ta"
+            " JOIN pg_catalog.pg_type tt ON tt.oid = ta.atttypid WHERE ta.attrelid = c.oid AND ta.attnum > 0"
+            " AND NOT ta.attisdropped AND tt.typname IN ('text', 'varchar', 'bpchar')) AS text_columns,"
+            " (SELECT string_agg(ka.attname, ',' ORDER BY ka.attnum) FROM pg_catalog.pg_index pk"
+            " JOIN pg_catalog.pg_attribute ka ON ka.attrelid = c.oid AND ka.attnum = ANY(pk.indkey)"
+            " WHERE pk.indrelid = c.oid AND pk.indisprimary) AS key_columns,"
+            " (SELECT xn.nspname FROM pg_catalog.pg_extension x JOIN pg_catalog.pg_namespace xn ON xn.oid = x.extnamespace"
+            " WHERE x.extname = 'vector') AS vector_schema"
+            " FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid"
+            " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace JOIN pg_catalog.pg_type t ON t.oid = a.atttypid"
+            " WHERE t.typname IN ('vector', 'halfvec') AND a.attnum > 0 AND NOT a.attisdropped"
+            f" AND c.relkind IN ('r', 'p', 'm') AND n.nspname = {schema_marker}{table_cond}"
+            " ORDER BY c.relname, a.attname"
+        )
+
+    @staticmethod
+    def metric_of(indexes: str | None, preferred: str | None) -> tuple[str, str, str | None]:
+        """(operator, metric, index name) of the search: the metric asked for, else the first ANN
+        index's; an index of another metric is not used by the database (the caller is told)."""
+        for entry in (indexes or "").split(","):
+            if entry.count(":") < 2:
+                continue
+            am, opclass, name = entry.split(":", 2)
+            if am in ("hnsw", "ivfflat") and opclass in _VECTOR_OPS:
+                op, metric = _VECTOR_OPS[opclass]
+                if preferred in (None, metric):
+                    return op, metric, f"{am}:{name}"
+        metric = preferred or "cosine"
+        return _METRIC_OPS[metric], metric, None
+
+    @staticmethod
+    def nearest_sql(
+        schema: str,
+        table: str,
+        column: str,
+        type_: str,
+        key_columns: list[str],
+        text_columns: list[str],
+        op: str,
+        vector_marker: str,
+        limit: int,
+        vector_schema: str | None = None,
+    ) -> str:
+        """The `limit` rows nearest the bound vector, ordered by the index's operator (so the
+        database's ANN index answers): their keys, texts and distance (column `_distance`).
+
+        The operator is written OPERATOR(schema.op): the read-only check re-writes the statement
+        from its parse, and a bare `<=>` would come back as MySQL's null-safe equality."""
+        q = PostgreSQL.quote
+        simple = vector_schema is not None and re.fullmatch(r"[a-z_][a-z0-9_]*", vector_schema) is not None
+        cast = "halfvec" if type_ == "halfvec" else "vector"
+        operator = f"OPERATOR({vector_schema}.{op})" if simple else f"OPERATOR({op})"
+        cast = f"{q(vector_schema or '')}.{cast}" if simple else cast
+        distance = f"{q(column)} {operator} CAST({vector_marker} AS {cast})"
+        selected = ", ".join([*(q(c) for c in key_columns), *(q(c) for c in text_columns), f"{distance} AS _distance"])
+        return (
+            f"SELECT {selected} FROM {q(schema)}.{q(table)} WHERE {q(column)} IS NOT NULL ORDER BY {distance} LIMIT {int(limit)}"
+        )
+
+    @staticmethod
+    def vector_literal(values: Any) -> str:
+        return "[" + ",".join(repr(float(v)) for v in values) + "]"
+
+
 # -- the engine --------------------------------------------------------------------------------------
 
 
@@ -1220,6 +1316,7 @@ class PostgreSQL:
     readonly = READONLY
     placeholder = "%s"
     errors: tuple[type[Exception], ...] = (psycopg.Error,)
+    vector_search = PgVectorSearch()  # similarity_search over pgvector columns
 
     @staticmethod
     def quote(name: str) -> str:

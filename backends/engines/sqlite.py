@@ -474,6 +474,18 @@ def _privilege_warnings(conn: Any) -> list[str]:
     return ["the SQLite file is opened writable (expected mode=ro)"]
 
 
+# -- vector columns (similarity_search) ----------------------------------------------------------
+# sqlite-vec's vec0 tables need the extension loaded into the connection; this engine's driver is
+# Python's sqlite3, which (here, as in many builds) is compiled without extension loading. Until
+# the engine can load it, similarity_search says so instead of pretending the tables are absent.
+VECTOR_SEARCH_REFUSAL = (
+    "this gateway's SQLite engine cannot load sqlite-vec (Python's sqlite3 is built without extension "
+    "loading), so vec0 tables cannot be searched; similarity_search runs on PostgreSQL targets with pgvector"
+    if not hasattr(sqlite3.Connection, "enable_load_extension")
+    else "similarity_search over sqlite-vec (vec0) tables is not implemented yet; it runs on PostgreSQL targets with pgvector"
+)
+
+
 # -- the engine --------------------------------------------------------------------------------------
 
 
@@ -486,6 +498,7 @@ class SQLite:
     readonly = READONLY
     placeholder = "?"
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    vector_search_refusal = VECTOR_SEARCH_REFUSAL  # similarity_search (see its section)
 
     quote = staticmethod(_quote)
 

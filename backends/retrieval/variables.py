@@ -24,6 +24,7 @@ RAG_VARIABLES: tuple[Variable, ...] = (
     _v("rag-embedding_api_base", "str", "", "Base URL of the openai/ollama embedding API.", restart_required=True),
     _v("rag-embedding_api_key", "str", "", "API key of the embedding provider.", secret=True, restart_required=True),
     _v("rag-embedding_dim", "int", 384, "Width of the embedding vectors (must match the model; fixed per index).", minimum=1, maximum=16384, restart_required=True),
+    _v("rag-vector_column_models", "str", "", 'Which embedding model filled a target\'s vector column, for rag.similarity_search\'s query_text: a JSON object {"<target_id>.<schema>.<table>.<column>": {"provider": ..., "model": ..., "dim": ...}} (missing fields: the index\'s rag-embedding_* settings, its API key included). Empty: columns are searched with the index\'s model when the dimensions match.'),
     _v("rag-query_cache_entries", "int", 1024, "Query embeddings kept in the LRU cache (0: no cache).", minimum=0, maximum=1_000_000, restart_required=True),
     _v("rag-backend", "enum", BACKENDS[0], "Where the RAG index lives: sqlite (rag.db in the data directory) or postgresql (rag-postgres_dsn, with pgvector; shared by every instance of a cluster).", choices=BACKENDS, restart_required=True),
     _v("rag-postgres_dsn", "str", "", "PostgreSQL DSN of the RAG index when rag-backend is postgresql (pgvector 0.8+ installed).", secret=True, restart_required=True),

@@ -34,7 +34,9 @@ from backends.retrieval.storage import open_index
 from backends.retrieval.storage.reader import Index
 from backends.retrieval.storage.sqlite.index import RagIndex
 from backends.retrieval.variables import RAG_VARIABLES
+from backends.sql import ReadOnlySql
 from gateway.data_files import DataFiles
+from gateway.errors import Unavailable
 from gateway.prompts import Prompt
 from gateway.resource_tools import ResourceTools
 from gateway.runtime import Runtime
@@ -44,10 +46,12 @@ from gateway.tools import ToolHandler
 from gateway.variables import Variable
 from handlers.rag.cli import add_commands
 from handlers.rag.content_tools import ContentTools
+from handlers.rag.embedding_tools import EmbeddingTools
 from handlers.rag.fetch import FetchTools
 from handlers.rag.opened import Opened
 from handlers.rag.resources import RagResources, rag_prompts
 from handlers.rag.search_tools import SearchTools
+from handlers.rag.similarity_tools import SimilarityTools
 from handlers.rag.stats_tools import StatsTools
 from handlers.rag.sync_tools import SyncTools
 
@@ -71,7 +75,16 @@ class RagHandler(ToolHandler):
     )
     config_modules: ClassVar[tuple[ConfigModule, ...]] = (RAG_SOURCES_MODULE,)
     data_files: ClassVar[DataFiles | None] = RAG_DATA_FILES
-    tool_groups: ClassVar[tuple[type, ...]] = (FetchTools, SyncTools, SearchTools, ContentTools, StatsTools, ResourceTools)
+    tool_groups: ClassVar[tuple[type, ...]] = (
+        FetchTools,
+        SyncTools,
+        SearchTools,
+        ContentTools,
+        StatsTools,
+        EmbeddingTools,
+        SimilarityTools,
+        ResourceTools,
+    )
 
     def __init__(self, services: Services) -> None:
         super().__init__(services)
@@ -90,8 +103,15 @@ class RagHandler(ToolHandler):
             SearchTools(opened.open_index, opened.query_vectors, self.build_watch),
             ContentTools(opened.open_index),
             StatsTools(opened.open_index, opened.recent_jobs),
+            EmbeddingTools(opened.open_embedder),
+            SimilarityTools(self._read_only_sql, self.services.targets, opened.open_embedder),
             ResourceTools(self._resources),
         ]
+
+    def _read_only_sql(self) -> ReadOnlySql:
+        if self.services.sql is None:
+            raise Unavailable("the read-only SQL path is not built (no database targets)")
+        return self.services.sql
 
     def resources(self) -> RagResources:
         return self._resources

@@ -27,6 +27,31 @@ MetadataInt = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 # -- shared pieces ---------------------------------------------------------------------------
+MetadataKey = Annotated[str, Field(min_length=1, max_length=128, pattern=r'^[^"\\\x00-\x1f]+$')]
+MetadataNumber = Annotated[float, Field(ge=-1e15, le=1e15)]
+MetadataValue = Annotated[str, Field(max_length=1000)] | bool | MetadataNumber
+MetadataBound = MetadataNumber | datetime
+
+
+class MetadataFilter(ToolInput):
+    """A condition on one metadata key (as the source's doc_map_json picks it): every field given must
+    hold. A list value holds when one of its elements does. Strings match strings, numbers numbers,
+    booleans booleans; date bounds (ISO 8601 text, naive = UTC) compare the values as timestamps."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    key: MetadataKey = Field(..., description="The metadata key, exactly as stored (e.g. category).")
+    eq: MetadataValue | None = Field(None, description="Equal to this value.")
+    in_: list[MetadataValue] | None = Field(
+        None, alias="in", max_length=MAX_FILTER_VALUES, description="Equal to one of these values (with eq: either)."
+    )
+    gt: MetadataBound | None = Field(None, description="Greater than (a number, or a date/time for dates).")
+    gte: MetadataBound | None = Field(None, description="At least.")
+    lt: MetadataBound | None = Field(None, description="Less than.")
+    lte: MetadataBound | None = Field(None, description="At most.")
+    exists: bool | None = Field(None, description="true: the key has a non-null value; false: it has none.")
+
+
 class Filters(ToolInput):
     """The shared filter model: every field narrows the result; lists within a field are OR."""
 
@@ -47,6 +72,13 @@ class Filters(ToolInput):
     tags_all: list[str] | None = Field(None, max_length=MAX_FILTER_VALUES, description="Documents with every one of these tags.")
     created_after: datetime | None = Field(None, description="Metadata CreationDate strictly after this (ISO 8601; naive = UTC).")
     created_before: datetime | None = Field(None, description="Metadata CreationDate strictly before this.")
+    metadata: list[MetadataFilter] | None = Field(
+        None,
+        max_length=32,
+        description='Conditions on any metadata key, all of which must hold: [{"key": "category", "eq": "outdoor"}, '
+        '{"key": "price", "gte": 10, "lt": 20}, {"key": "published", "gte": "2024-01-01"}, {"key": "tags", "in": ["a", "b"]}, '
+        '{"key": "author", "exists": true}]. A key no indexed source picks is reported in warnings.',
+    )
 
 
 class SearchReturn(ToolInput):
@@ -107,6 +139,9 @@ class SearchOutput(ToolOutput):
     stats: Stats
     index: IndexBuild | None = Field(
         None, description="Present while a sync is building the index: its progress (results cover what is indexed so far)."
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="What the caller may not have meant (a filter on a key no document has)."
     )
 
 
@@ -387,4 +422,128 @@ class AdminStatsOut(ToolOutput):
         description="The most recent sync jobs, newest first, with live progress (rag.admin.jobs has the full shape)."
     )
     truncated: bool
+    stats: Stats
+
+
+# -- rag.generate_embedding --------------------------------------------------------------------
+MAX_EMBED_TEXTS = 64
+
+
+class GenerateEmbeddingIn(ToolInput):
+    text: str | None = Field(None, description="One text to embed (bounded by rag-query_max_bytes).")
+    texts: list[str] | None = Field(
+        None, max_length=MAX_EMBED_TEXTS, description=f"Several texts (at most {MAX_EMBED_TEXTS}), embedded in one batch."
+    )
+
+
+class Embedding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(description="Position of the text in the request.")
+    dim: int
+    values_b64: str = Field(description="float32 little-endian values, base64 encoded (query_embedding's form).")
+    model: str
+
+
+class GenerateEmbeddingOut(ToolOutput):
+    model: str = Field(description="The embedding model id (provider:model), as the index records it.")
+    dim: int
+    embeddings: list[Embedding]
+    truncated: bool
+    stats: Stats
+
+
+# -- rag.similarity_search / rag.vector_columns --------------------------------------------------
+Identifier = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class VectorColumnsIn(ToolInput):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    target_id: str | None = Field(None, max_length=256, description="The target (default: the default target).")
+    schema_: Identifier | None = Field(None, alias="schema", description="The schema (default: the target's).")
+    table: Identifier | None = Field(None, description="Only this table.")
+
+
+class VectorColumn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    table_schema: str
+    table: str
+    column: str
+    type: str
+    dim: int | None = Field(description="Declared dimension (None: not declared).")
+    index: str | None = Field(description="The ANN index the search would use (am:name), None: exact scan.")
+    metric: str
+    text_columns: list[str]
+    key_columns: list[str]
+    embeddable: bool = Field(description="The gateway's embedding model has this dimension: query_text works.")
+
+
+class VectorColumnsOut(ToolOutput):
+    target_id: str | None
+    embedding_model: str
+    embedding_dim: int
+    columns: list[VectorColumn]
+    truncated: bool
+    stats: Stats
+
+
+class SimilaritySearchIn(ToolInput):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    target_id: str | None = Field(None, max_length=256, description="The target (default: the default target).")
+    schema_: Identifier | None = Field(None, alias="schema", description="The table's schema (default: the target's).")
+    table: Identifier = Field(..., description="A table with a vector column (rag.vector_columns lists them).")
+    vector_column: Identifier | None = Field(None, description="Default: the table's only (or first) vector column.")
+    text_columns: list[Identifier] | None = Field(None, max_length=32, description="Default: every text column.")
+    key_columns: list[Identifier] | None = Field(None, max_length=16, description="Default: the primary key.")
+    query_text: str | None = Field(
+        None, min_length=1, description="Text embedded with the gateway's model (dimensions must match)."
+    )
+    query_embedding: QueryEmbedding | None = Field(None, description="A vector of the column's model instead of query_text.")
+    k: int = Field(10, ge=1, le=1000, description="Rows the vector index is asked for (capped by the target's max_rows).")
+    metric: Literal["cosine", "l2", "inner_product"] | None = Field(
+        None, description="Default: the metric of the column's ANN index (cosine without one)."
+    )
+    chunk_chars: int = Field(1000, ge=100, le=20000, description="Chunk size (characters) the rows' text is cut into.")
+    bm25_weight: float = Field(0.3, ge=0, le=1, description="Weight of BM25 against the row's vector similarity.")
+    lambda_: float = Field(0.6, alias="lambda", ge=0, le=1, description="MMR: 1 = relevance only, lower = more diverse.")
+    max_chunks_per_row: int = Field(2, ge=1, le=100, description="At most this many chunks of one row.")
+    max_chunks: int = Field(20, ge=1, le=1000, description="At most this many chunks.")
+    max_output_tokens: int = Field(2000, ge=1, le=1_000_000, description="Budget of chunk text (about 4 characters a token).")
+
+
+class FoundRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: dict[str, Any]
+    distance: float
+    score_vec: float
+
+
+class FoundChunk(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: dict[str, Any]
+    chunk_index: int
+    text: str
+    text_truncated: bool = False
+    score: float
+    score_vec: float
+    score_bm25: float
+
+
+class SimilaritySearchOut(ToolOutput):
+    target_id: str | None
+    table: str
+    vector_column: str
+    text_columns: list[str]
+    key_columns: list[str]
+    metric: str
+    index: str | None = Field(description="The ANN index the database searched through (None: an exact scan).")
+    rows: list[FoundRow] = Field(description="The rows the vector search found, nearest first.")
+    chunks: list[FoundChunk] = Field(description="Their text's chunks, re-ranked (BM25, MMR), within max_output_tokens.")
+    truncated: bool
+    warnings: list[str] = Field(default_factory=list)
     stats: Stats

@@ -25,6 +25,11 @@ class Opened:
             raise Unavailable("the RAG index is not open")
         return self.index
 
+    def open_embedder(self) -> Embedder:
+        if self.embedder is None:
+            raise Unavailable("the RAG index is not open")
+        return self.embedder
+
     def query_vectors(self) -> QueryVectors:
         if self.queries is None:
             raise Unavailable("the RAG index is not open")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from backends.retrieval import search
 from backends.retrieval.build_status import BuildWatch
 from backends.retrieval.call import Call
 from backends.retrieval.embeddings.queries import QueryVectors
-from backends.retrieval.filters import FilterSQL, build_filter
+from backends.retrieval.filters import FilterSQL, build_filter, metadata_keys
 from backends.retrieval.storage.reader import Index, Reader, reading
 from backends.retrieval.storage.sqlite import fts
 from gateway.errors import InvalidArgument, NotFound
@@ -47,9 +48,10 @@ class SearchTools:
         k = max(0, call.clamp(args.offset + k, call.caps.candidates_max) - args.offset)
         with reading(index, call) as reader:
             flt = _filter(reader, args.filters)
+            warnings = _warnings(reader, args.filters)
             scored = search.search_fts(reader, match, flt, k=k, offset=args.offset)
             results = search.hits(reader, scored, args.return_, match=match, keep=("score_fts", "score_fts_raw"))
-        return self._output(index, call, results, k_requested=args.k, mode="fts", reader=reader)
+        return self._output(index, call, results, k_requested=args.k, mode="fts", reader=reader, warnings=warnings)
 
     @tool("rag.search_vector", title="Semantic search", read_only=True)
     def search_vector(self, args: SearchVectorIn, ctx: CallContext) -> SearchOutput:
@@ -73,9 +75,10 @@ class SearchTools:
         k = call.clamp(args.k, call.caps.k_max)
         with reading(index, call) as reader:
             flt = _filter(reader, args.filters)
+            warnings = _warnings(reader, args.filters)
             scored = search.search_vector(reader, query, flt, k=k)
             results = search.hits(reader, scored, args.return_, match=match, keep=("score_vec", "distance_raw"))
-        return self._output(index, call, results, k_requested=args.k, mode="vector", reader=reader)
+        return self._output(index, call, results, k_requested=args.k, mode="vector", reader=reader, warnings=warnings)
 
     @tool("rag.search_hybrid", title="Hybrid search", read_only=True)
     def search_hybrid(self, args: SearchHybridIn, ctx: CallContext) -> SearchOutput:
@@ -98,17 +101,28 @@ class SearchTools:
         keep = ("score_fts", "score_fts_raw", "score_vec", "distance_raw", "debug")
         with reading(index, call) as reader:
             flt = _filter(reader, args.filters)
+            warnings = _warnings(reader, args.filters)
             if args.mode == "fuse":
                 scored = search.search_fuse(reader, call, match, query, flt, args.fuse, k=k)
             else:
                 scored = search.search_fts_then_vec(reader, call, match, query, flt, args.fts_then_vec, k=k)
             results = search.hits(reader, scored, args.return_, match=match, keep=keep)
-        return self._output(index, call, results, k_requested=args.k, mode=args.mode, reader=reader)
+        return self._output(index, call, results, k_requested=args.k, mode=args.mode, reader=reader, warnings=warnings)
 
     def _output(
-        self, index: Index, call: Call, results: list[dict[str, Any]], *, k_requested: int, mode: str, reader: Reader
+        self,
+        index: Index,
+        call: Call,
+        results: list[dict[str, Any]],
+        *,
+        k_requested: int,
+        mode: str,
+        reader: Reader,
+        warnings: Sequence[str] = (),
     ) -> SearchOutput:
-        fitted, cut = fit_to_bytes(results, call.caps.response_max_bytes - ENVELOPE_BYTES)
+        fitted, cut = fit_to_bytes(
+            results, call.caps.response_max_bytes - ENVELOPE_BYTES - len(json.dumps({"warnings": list(warnings)})) - 32
+        )  # the key beside results
         stats = Stats(
             k_requested=k_requested, k_returned=len(fitted), ms=call.ms(), mode=mode, vector_fewer_than_k=reader.fewer_than_k
         )
@@ -118,12 +132,48 @@ class SearchTools:
             truncated=call.truncated or cut,
             stats=stats,
             index=IndexBuild(**dataclasses.asdict(building)) if building is not None else None,
+            warnings=list(warnings),
         )
 
 
 def _filter(reader: Reader, filters: Filters) -> FilterSQL:
     _check_sources(reader, filters)
-    return build_filter(filters, all_sources_enabled=reader.all_sources_enabled())
+    return build_filter(filters, all_sources_enabled=reader.all_sources_enabled(), dialect=reader.dialect)
+
+
+# The blueprint's filters read denormalised columns; a filter on one no document fills matches nothing.
+_HOT_FILTERS = (
+    (("min_score",), "SELECT 1 FROM rag_chunks WHERE doc_score IS NOT NULL LIMIT 1", "a Score"),
+    (("post_type_ids",), "SELECT 1 FROM rag_chunks WHERE post_type_id IS NOT NULL LIMIT 1", "a PostTypeId"),
+    (("tags_any", "tags_all"), "SELECT 1 FROM rag_doc_tags LIMIT 1", "Tags"),
+    (("created_after", "created_before"), "SELECT 1 FROM rag_chunks WHERE created_at IS NOT NULL LIMIT 1", "a CreationDate"),
+)
+
+
+def _warnings(reader: Reader, filters: Filters) -> list[str]:
+    """A filter on a key no document has matches nothing: say so (instead of a silent empty result)."""
+    out = []
+    for fields, probe, what in _HOT_FILTERS:
+        given = [f for f in fields if getattr(filters, f) not in (None, [])]
+        if given and not list(reader.execute(probe)):
+            out.append(
+                f"filter {'/'.join(given)}: no indexed document has {what} in its metadata, so it matches nothing;"
+                ' filter your own metadata keys with filters.metadata, e.g. [{"key": "category", "eq": "outdoor"}]'
+            )
+    if not filters.metadata:
+        return out
+    known = metadata_keys([raw for (raw,) in reader.execute("SELECT doc_map_json FROM rag_sources")])
+    lowered = {k.lower(): k for k in known}
+    for clause in filters.metadata:
+        if clause.key in known:
+            continue
+        hint = f" (did you mean {lowered[clause.key.lower()]!r}?)" if clause.key.lower() in lowered else ""
+        picked = ", ".join(sorted(known)[:20]) or "none"
+        out.append(
+            f"metadata filter on key {clause.key!r}: no source's doc_map_json picks this key, so no document has it{hint};"
+            f" keys picked: {picked}"
+        )
+    return out
 
 
 MAX_SOURCES_NAMED = 50  # sources listed in the error for an unknown one

@@ -38,6 +38,7 @@ Index = RagIndex | PgRagIndex
 
 class Reader(Protocol):
     dim: int
+    dialect: str  # "json1" (rag.db) | "jsonb" (PostgreSQL): the JSON functions of the filters' metadata clauses
     fewer_than_k: bool  # set by a filtered vector search that stopped short of k (PostgreSQL's scan limit)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Iterator[tuple[Any, ...]]: ...
@@ -59,6 +60,7 @@ class SqliteReader:
 
     def __init__(self, index: RagIndex, conn: apsw.Connection) -> None:
         self.index, self.conn, self.dim = index, conn, index.dim
+        self.dialect = "json1"
         self.fewer_than_k = False
         self._narrowing: dict[FilterSQL, dict[str, Any]] = {}
 
@@ -116,6 +118,7 @@ class PgReader:
 
     def __init__(self, index: PgRagIndex, conn: psycopg.Connection, *, sources_enabled: bool) -> None:
         self.index, self.conn, self.dim = index, conn, index.dim
+        self.dialect = "jsonb"
         self.fewer_than_k = False
         self._fts = pg_fts
         self._sources_enabled = sources_enabled
