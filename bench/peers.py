@@ -102,7 +102,13 @@ def versions() -> dict[str, str]:
 def create_databases(name: str, password: str) -> None:
     rng = random.Random(7)
     rows = [
-        (i, f"customer {i}", f"user{i}@example.com", f"{rng.randint(0, 99999) / 100:.2f}", f"2024-{1 + i % 12:02d}-{1 + i % 28:02d}")
+        (
+            i,
+            f"customer {i}",
+            f"user{i}@example.com",
+            f"{rng.randint(0, 99999) / 100:.2f}",
+            f"2024-{1 + i % 12:02d}-{1 + i % 28:02d}",
+        )
         for i in range(1, ROWS + 1)
     ]
     admin = pymysql.connect(**MARIADB, autocommit=True)
@@ -260,7 +266,12 @@ def start_dbhub(tmp: Path, name: str, password: str) -> Server:
     config = tmp / "dbhub.toml"
     lines = []
     for source, scheme, port in (("maria", "mariadb", 3306), ("pg", "postgres", 5432)):
-        lines += ["[[sources]]", f'id = "{source}"', f'dsn = "{scheme}://{name}:{password}@127.0.0.1:{port}/{name}?sslmode=disable"', ""]
+        lines += [
+            "[[sources]]",
+            f'id = "{source}"',
+            f'dsn = "{scheme}://{name}:{password}@127.0.0.1:{port}/{name}?sslmode=disable"',
+            "",
+        ]
         lines += ["[[tools]]", 'name = "execute_sql"', f'source = "{source}"', "readonly = true", "max_rows = 200", ""]
     config.write_text("\n".join(lines))
     port = free_port()
@@ -272,7 +283,9 @@ def start_dbhub(tmp: Path, name: str, password: str) -> Server:
         )  # fmt: skip
     wait_port(port, process, log)
     endpoint = Endpoint(port=port, path="/mcp", token="", ca_path="")
-    listed = orjson.loads(message_of(asyncio.run(one_answer(endpoint, orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})))))
+    listed = orjson.loads(
+        message_of(asyncio.run(one_answer(endpoint, orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))))
+    )
     names = [tool["name"] for tool in listed["result"]["tools"] if "execute_sql" in tool["name"]]
     tools = {engine: (next((n for n in names if n.endswith(engine)), names[0]), {}) for engine in ENGINES}
     return Server("dbhub", process, endpoint, tools)
@@ -353,7 +366,9 @@ def samples(servers: dict[str, Server], engine: str = "maria") -> dict[str, str]
     shown = {}
     for label, server in servers.items():
         name, extra = server.tools[engine]
-        result = orjson.loads(message_of(asyncio.run(one_answer(server.endpoint, tool_call(name, {**extra, "sql": sql})))))["result"]
+        result = orjson.loads(message_of(asyncio.run(one_answer(server.endpoint, tool_call(name, {**extra, "sql": sql})))))[
+            "result"
+        ]
         shown[label] = "".join(block.get("text", "") for block in result.get("content", []))
     return shown
 

@@ -27,6 +27,13 @@ from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 
 MAX_SQL_CHARS = 65_536
 
+# The text block of the answer (gateway/rendering.py); structuredContent is the same either way.
+TextFormat = Literal["compact", "json"] | None
+FORMAT_HELP = (
+    "The text block: compact (a header line, one tab-separated line per row, then the row count and truncated) or "
+    "json (the JSON of structuredContent); default: the mcp-text_format variable."
+)
+
 # ToolHandler.in_thread: run blocking work on the handler's threads.
 InThread = Callable[..., Awaitable[Any]]
 
@@ -99,6 +106,7 @@ class RunSqlIn(ToolInput):
         description="use: answer from the query result cache when the target or a query rule enables it; "
         "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
     )
+    format: TextFormat = Field(default=None, description=FORMAT_HELP)
 
 
 class ExplainSqlIn(ToolInput):
@@ -108,6 +116,7 @@ class ExplainSqlIn(ToolInput):
     analyze: bool = Field(
         default=False, description="Run the statement to get actual timings (EXPLAIN ANALYZE); only on targets that allow it."
     )
+    format: TextFormat = Field(default=None, description=FORMAT_HELP)
 
 
 class SampleRowsIn(ToolInput):
@@ -129,6 +138,7 @@ class SampleRowsIn(ToolInput):
         description="use: answer from the query result cache when the target or a query rule enables it; "
         "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
     )
+    format: TextFormat = Field(default=None, description=FORMAT_HELP)
 
 
 class SampleDistinctIn(ToolInput):
@@ -143,6 +153,7 @@ class SampleDistinctIn(ToolInput):
         description="use: answer from the query result cache when the target or a query rule enables it; "
         "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
     )
+    format: TextFormat = Field(default=None, description=FORMAT_HELP)
 
 
 # -- the tools ----------------------------------------------------------------------------------

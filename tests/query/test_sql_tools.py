@@ -392,3 +392,51 @@ def test_sql_tools_over_https_with_the_sdk_client(served: Any) -> None:
             assert blocked.structured_content["error"]["message"] == "off limits"
 
     anyio.run(scenario)
+
+
+@pytest.mark.skipif(not _registered(), reason="QueryHandler is not in handlers.HANDLER_CLASSES yet")
+def test_compact_text_for_the_model_json_when_asked(served: Any) -> None:
+    """The text block is a compact table (header, one line per row, count and truncated) while
+    structuredContent keeps the typed JSON; format=json, the mcp-text_format variable and a
+    client of an era before structuredContent get the JSON text."""
+    import json
+
+    from server_process import call_tool
+
+    sql = "SELECT id, name, price, note FROM items WHERE id IN (2, 3) ORDER BY id"
+    with served.client() as http:
+        compact = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql})
+        assert compact["structuredContent"]["columns"][2] == {"name": "price", "type": "numeric"}
+        assert compact["structuredContent"]["stats"]["max_rows"] > 0
+        assert (
+            compact["content"][0]["text"]
+            == "id\tname\tprice\tnote\n2\tblue\t2.50\tnote 2\n3\tred\t3.50\tNULL\n2 rows; truncated: false"
+        )
+        capped = call_tool(http, served, "query", "run_sql_readonly", {"sql": "SELECT id FROM items ORDER BY id", "max_rows": 2})
+        assert capped["content"][0]["text"].splitlines()[-1] == "2 rows; truncated: true (max_rows)"
+        as_json = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql, "format": "json"})
+        assert json.loads(as_json["content"][0]["text"]) == as_json["structuredContent"]
+        old_era = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql}, version="2025-03-26")
+        assert json.loads(old_era["content"][0]["text"]) == old_era["structuredContent"]
+        bad = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql, "format": "yaml"})
+        assert bad["isError"] and bad["structuredContent"]["error"]["code"] == "INVALID_ARGUMENT"
+        refused = call_tool(http, served, "query", "run_sql_readonly", {"sql": "DELETE FROM items"})
+        assert json.loads(refused["content"][0]["text"])["error"]["code"] == "INVALID_ARGUMENT"  # errors stay JSON
+        listing = call_tool(http, served, "query", "list_targets", {})["content"][0]["text"].splitlines()
+        assert listing[0] == "targets: 1" and listing[1].startswith("target_id\t") and listing[2].startswith("pg\t")
+        set_json = {"statement": "UPDATE global_variables SET variable_value = 'json' WHERE variable_name = 'mcp-text_format'"}
+        for statement in (set_json["statement"], "LOAD MCP VARIABLES TO RUNTIME"):
+            assert call_tool(http, served, "admin", "admin.sql", {"statement": statement})["isError"] is False
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                answer = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql})
+                if answer["content"][0]["text"].startswith("{"):
+                    break
+                assert time.monotonic() < deadline, answer["content"][0]["text"]
+                time.sleep(0.2)
+            assert json.loads(answer["content"][0]["text"]) == answer["structuredContent"]
+        finally:
+            reset = "UPDATE global_variables SET variable_value = 'compact' WHERE variable_name = 'mcp-text_format'"
+            for statement in (reset, "LOAD MCP VARIABLES TO RUNTIME"):
+                call_tool(http, served, "admin", "admin.sql", {"statement": statement})
