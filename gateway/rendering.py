@@ -60,8 +60,9 @@ def cell(value: Any) -> str:
 
 def table(header: list[str], rows: list[list[Any]]) -> list[str]:
     lines = ["\t".join([cell(name) for name in header])]
+    # Most values are printable strings without a backslash: no call, no escape for them.
     for row in rows:
-        lines.append("\t".join([value if value.__class__ is str and value.isalnum() else cell(value) for value in row]))
+        lines.append("\t".join([v if v.__class__ is str and v.isprintable() and "\\" not in v else cell(v) for v in row]))
     return lines
 
 
