@@ -84,6 +84,9 @@ def measure(name: str, workers: int) -> dict[str, Any]:
                 "parent_mib": proc_memory(gw.process.pid),
                 "workers_mib": [proc_memory(pid) for pid in pids],
             }
+            # What the instance holds: its processes once each (with one worker the parent serves).
+            every = {gw.process.pid, *pids}
+            result["total_rss_mib"] = round(sum(proc_memory(pid)["VmRSS"] for pid in every), 1)
             if demo_s is not None:
                 result["demo_index_s"] = demo_s
             return result
@@ -96,7 +99,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--configs", default="hash,local,local+demo")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--compare-workers", help="e.g. 1,2: each config at each count, total RSS side by side (with --baseline-tree too)"
+    )
+    parser.add_argument("--baseline-tree", type=Path, help="also measure a gateway running this checkout, in the same run")
     args = parser.parse_args()
+    if args.compare_workers:
+        compare(args)
+        return
     results = [measure(name, args.workers) for name in args.configs.split(",")]
     for result in results:
         rss = [w["VmRSS"] for w in result["workers_mib"]]
@@ -106,6 +116,31 @@ def main() -> None:
         for result in results:
             result["worker_rss_vs_hash"] = round(result["worker_rss_mean_mib"] / base, 2)
     text = json.dumps({"results": results}, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Total RSS of the instance at each worker count, for this tree and a baseline tree, in one
+    run."""
+    import os
+
+    counts = [int(c) for c in args.compare_workers.split(",")]
+    trees = {"gateway": REPO_ROOT, **({"baseline": args.baseline_tree.resolve()} if args.baseline_tree else {})}
+    load_before = list(os.getloadavg())
+    out: dict[str, Any] = {}
+    for label, tree in trees.items():
+        server_process.REPO_ROOT = tree  # what start_gateway puts first on the gateway's PYTHONPATH
+        for name in args.configs.split(","):
+            rows = {f"w{count}": measure(name, count) for count in counts}
+            first = rows[f"w{counts[0]}"]["total_rss_mib"]
+            for row in rows.values():
+                row["total_to_first"] = round(row["total_rss_mib"] / first, 2)
+            out[f"{label}:{name}"] = rows
+            print(label, name, {k: v["total_rss_mib"] for k, v in rows.items()}, file=sys.stderr, flush=True)
+    text = json.dumps({"load_average_before_after": [load_before, list(os.getloadavg())], "results": out}, indent=2)
     print(text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

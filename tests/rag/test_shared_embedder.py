@@ -1,0 +1,87 @@
+"""One local embedding model per instance: the supervisor serves it on a Unix socket and the
+workers' embedder (backends/retrieval/embeddings/shared.py) sends texts there."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+
+from backends.retrieval.embeddings import HashEmbedder, make_embedder
+from backends.retrieval.embeddings.shared import SOCKET_ENV, EmbedService, SharedEmbedder
+from gateway.errors import InvalidArgument, Unavailable
+
+
+class Counting(HashEmbedder):
+    """A real (hashing) embedder that counts the texts it embedded."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=384)
+        self.texts = 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.texts += len(texts)
+        if "fail" in texts:
+            raise Unavailable("model down")
+        return super().embed(texts)
+
+
+@pytest.fixture()
+def service():
+    model = Counting()
+    served = EmbedService(model)  # type: ignore[arg-type]
+    yield served, model
+    served.close()
+
+
+def test_workers_get_the_parents_vectors_over_one_private_socket(service) -> None:
+    served, model = service
+    assert stat.S_IMODE(os.stat(served.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(served.path.parent).st_mode) == 0o700
+    client = SharedEmbedder(served.path)
+    texts = ["how do I sort a list", "tab\tand\nnewline", "ünïcödé"]
+    assert np.array_equal(client.embed(texts), HashEmbedder(dim=384).embed(texts))
+    results: list[np.ndarray] = []
+    threads = [threading.Thread(target=lambda: results.append(client.embed(["x"] * 50))) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 8 and all(r.shape == (50, 384) for r in results)
+    assert model.texts == 3 + 8 * 50  # every text embedded once, in the parent
+    assert client.embed([]).shape == (0, 384)
+
+
+def test_errors_stay_errors(service) -> None:
+    served, _ = service
+    client = SharedEmbedder(served.path)
+    with pytest.raises(Unavailable, match="model down"):
+        client.embed(["fail"])
+    with pytest.raises(InvalidArgument):
+        client.embed("a bare string")  # type: ignore[arg-type]
+    assert client.embed(["still serving"]).shape == (1, 384)
+    served.close()
+    with pytest.raises(Unavailable, match="not reachable"):
+        SharedEmbedder(served.path).embed(["gone"])
+
+
+def test_oversized_request_is_refused_not_buffered(service) -> None:
+    import socket
+    import struct
+
+    served, model = service
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.connect(str(served.path))
+        raw.sendall(struct.pack(">I", 2**31))
+        assert raw.recv(1) == b"E"
+    assert model.texts == 0
+
+
+def test_make_embedder_in_a_worker_uses_the_service(service, monkeypatch) -> None:
+    served, _ = service
+    monkeypatch.setenv(SOCKET_ENV, str(served.path))
+    assert isinstance(make_embedder({"provider": "local"}), SharedEmbedder)
+    assert isinstance(make_embedder({"provider": "hash"}), HashEmbedder)  # only the local model is shared
