@@ -35,6 +35,15 @@ MIB = 1024 * 1024
 DEMO_TIMEOUT_S = 900
 
 
+def proc_pss_mib(pid: int) -> float:
+    """Proportional set size: shared pages (libraries, the model's once) divided among the
+    processes that map them, so a sum over processes is what the instance costs the machine."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return round(int(line.split()[1]) * 1024 / MIB, 1)
+    return 0.0
+
+
 def proc_memory(pid: int) -> dict[str, float]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -87,6 +96,7 @@ def measure(name: str, workers: int) -> dict[str, Any]:
             # What the instance holds: its processes once each (with one worker the parent serves).
             every = {gw.process.pid, *pids}
             result["total_rss_mib"] = round(sum(proc_memory(pid)["VmRSS"] for pid in every), 1)
+            result["total_pss_mib"] = round(sum(proc_pss_mib(pid) for pid in every), 1)
             if demo_s is not None:
                 result["demo_index_s"] = demo_s
             return result
@@ -135,11 +145,13 @@ def compare(args: argparse.Namespace) -> None:
         server_process.REPO_ROOT = tree  # what start_gateway puts first on the gateway's PYTHONPATH
         for name in args.configs.split(","):
             rows = {f"w{count}": measure(name, count) for count in counts}
-            first = rows[f"w{counts[0]}"]["total_rss_mib"]
+            first = rows[f"w{counts[0]}"]
             for row in rows.values():
-                row["total_to_first"] = round(row["total_rss_mib"] / first, 2)
+                row["total_rss_to_first"] = round(row["total_rss_mib"] / first["total_rss_mib"], 2)
+                row["total_pss_to_first"] = round(row["total_pss_mib"] / first["total_pss_mib"], 2)
             out[f"{label}:{name}"] = rows
-            print(label, name, {k: v["total_rss_mib"] for k, v in rows.items()}, file=sys.stderr, flush=True)
+            shown = {k: (v["total_rss_mib"], v["total_pss_mib"]) for k, v in rows.items()}
+            print(label, name, "total RSS, PSS MiB", shown, file=sys.stderr, flush=True)
     text = json.dumps({"load_average_before_after": [load_before, list(os.getloadavg())], "results": out}, indent=2)
     print(text)
     if args.json:

@@ -85,3 +85,28 @@ def test_make_embedder_in_a_worker_uses_the_service(service, monkeypatch) -> Non
     monkeypatch.setenv(SOCKET_ENV, str(served.path))
     assert isinstance(make_embedder({"provider": "local"}), SharedEmbedder)
     assert isinstance(make_embedder({"provider": "hash"}), HashEmbedder)  # only the local model is shared
+
+
+def test_two_workers_embed_with_the_supervisors_one_model() -> None:
+    """A real `serve --workers 2` with the local model: queries embedded in both workers, yet
+    the model is loaded once, by the supervisor (its memory is paid once)."""
+    import re
+    import time
+
+    from server_process import call_tool, start_gateway
+
+    with start_gateway(workers=2, startup_timeout_s=120) as gw, gw.client(timeout=30) as client:
+        pids: set[int] = set()
+        deadline = time.monotonic() + 30
+        while len(pids) < 2 and time.monotonic() < deadline:  # new connections land on either worker
+            with gw.client(timeout=30) as fresh:
+                out = call_tool(fresh, gw, "rag", "rag.search_hybrid", {"query": "how do I sort a list", "k": 3})
+                assert out["isError"] is False, out
+                text = fresh.get("/metrics").text
+            pids = {int(p) for p in re.findall(r'^mcp_gateway_process_start_time_seconds\{pid="(\d+)"\}', text, re.M)}
+        workers = pids - {gw.process.pid}
+        assert len(workers) == 2, pids
+        assert call_tool(client, gw, "rag", "rag.search_hybrid", {"query": "tuples", "k": 1})["isError"] is False
+        log = gw.log_path.read_text()
+        assert log.count("serving the local embedding model to the workers") == 1, log
+        assert log.count("loaded embedding model") == 1, log  # each worker used to load its own
