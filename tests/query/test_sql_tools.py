@@ -126,6 +126,7 @@ def test_values_come_back_json_safe_and_typed(sql_env: dict, engine: str) -> Non
         "run_sql_readonly",
         target_id=engine,
         sql="SELECT id, name, price, created, data, note FROM items WHERE id = 2",
+        stats=True,
     )
     assert [c["name"] for c in out["columns"]] == ["id", "name", "price", "created", "data", "note"]
     assert out["rows"] == [[2, "blue", "2.50", "2024-01-03", {"$bytes_b64": "Av8="}, "note 2"]] or engine == "lite"
@@ -133,7 +134,7 @@ def test_values_come_back_json_safe_and_typed(sql_env: dict, engine: str) -> Non
         assert out["rows"] == [[2, "blue", 2.5, "2024-01-03", {"$bytes_b64": "Av8="}, "note 2"]]
     types = {c["name"]: c["type"] for c in out["columns"]}
     assert types["price"] == {"maria": "newdecimal", "pg": "numeric", "lite": "real"}[engine]
-    assert out["row_count"] == 1 and out["truncated"] is False and out["truncated_reason"] is None
+    assert out["row_count"] == 1 and out["truncated"] is False and "truncated_reason" not in out
     assert out["stats"]["ms"] > 0 and out["stats"]["digest"].startswith("0x")
 
 
@@ -148,7 +149,7 @@ def test_row_cap_reports_truncation_by_reading_one_more_row(sql_env: dict, engin
 
 
 def test_target_max_rows_caps_the_request(sql_env: dict) -> None:
-    out = ok(sql_env["handler"], "run_sql_readonly", target_id="pg_small", sql="SELECT id FROM items", max_rows=1000)
+    out = ok(sql_env["handler"], "run_sql_readonly", target_id="pg_small", sql="SELECT id FROM items", max_rows=1000, stats=True)
     assert out["row_count"] == 5 and out["truncated"] is True and out["stats"]["max_rows"] == 5
 
 
@@ -157,7 +158,7 @@ def test_byte_cap_truncates(sql_env: dict, engine: str) -> None:
     handler, store = sql_env["handler"], sql_env["store"]
     set_variable(store, handler, "mcp-query_max_response_bytes", "1024")
     try:
-        out = ok(handler, "run_sql_readonly", target_id=engine, sql="SELECT id, name, data FROM items ORDER BY id")
+        out = ok(handler, "run_sql_readonly", target_id=engine, sql="SELECT id, name, data FROM items ORDER BY id", stats=True)
     finally:
         set_variable(store, handler, "mcp-query_max_response_bytes", "1000000")
     assert 0 < out["row_count"] < ROWS
@@ -407,7 +408,11 @@ def test_compact_text_for_the_model_json_when_asked(served: Any) -> None:
     with served.client() as http:
         compact = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql})
         assert compact["structuredContent"]["columns"][2] == {"name": "price", "type": "numeric"}
-        assert compact["structuredContent"]["stats"]["max_rows"] > 0
+        assert "stats" not in compact["structuredContent"]  # asked for with stats=true
+        assert "truncated_reason" not in compact["structuredContent"] and "message" not in compact["structuredContent"]
+        with_stats = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql, "stats": True})
+        assert with_stats["structuredContent"]["stats"]["max_rows"] > 0
+        assert with_stats["content"][0]["text"] == compact["content"][0]["text"]  # never in the text block
         assert (
             compact["content"][0]["text"]
             == "id\tname\tprice\tnote\n2\tblue\t2.50\tnote 2\n3\tred\t3.50\tNULL\n2 rows; truncated: false"
