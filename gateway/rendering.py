@@ -59,11 +59,24 @@ def cell(value: Any) -> str:
 
 
 def table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    lines = ["\t".join([cell(name) for name in header])]
-    # Most values are printable strings without a backslash: no call, no escape for them.
-    for row in rows:
-        lines.append("\t".join([v if v.__class__ is str and v.isprintable() and "\\" not in v else cell(v) for v in row]))
-    return lines
+    return ["\t".join([cell(name) for name in header]), *_rows_text(rows)]
+
+
+def _rows_text(rows: list[list[Any]]) -> list[str]:
+    """One line per row. Most values need no escape: they are written as they are, and the
+    whole text is checked once (a tab, newline, carriage return or backslash beyond the
+    layout's means some value needed one); only then is every value escaped one by one."""
+    if not rows:
+        return []
+    lines = [
+        "\t".join([v if v.__class__ is str else "NULL" if v is None else str(v) if v.__class__ is int else cell(v) for v in row])
+        for row in rows
+    ]
+    text = "\n".join(lines)
+    tabs = sum(len(row) - 1 for row in rows if row)
+    if text.count("\t") == tabs and text.count("\n") == len(rows) - 1 and "\\" not in text and "\r" not in text:
+        return lines
+    return ["\t".join([cell(v) for v in row]) for row in rows]
 
 
 def rows_footer(payload: dict[str, Any]) -> str:
