@@ -304,6 +304,23 @@ async def one_answer(endpoint: Endpoint, body: bytes) -> bytes:
         writer.close()
 
 
+def settle(servers: dict[str, Server], *, idle_cpu_ms_per_s: float = 20.0, timeout_s: float = 90.0) -> dict[str, float]:
+    """Wait until every server has finished starting (loading a model, warming an index): its
+    process group uses under idle_cpu_ms_per_s of CPU over a second. Returns the seconds waited each."""
+    from lean_client import process_group_cpu_s
+
+    waited = {}
+    for label, server in servers.items():
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            before = process_group_cpu_s(server.process.pid)
+            time.sleep(1.0)
+            if (process_group_cpu_s(server.process.pid) - before) * 1000 < idle_cpu_ms_per_s:
+                break
+        waited[label] = round(time.monotonic() - started, 1)
+    return waited
+
+
 def group_rss_mib(pgid: int) -> float:
     total = 0
     for entry in os.listdir("/proc"):
@@ -403,7 +420,10 @@ def measure(args: argparse.Namespace, servers: dict[str, Server], name: str, pas
                         else:
                             server = servers[side]
                             measured = run_http(
-                                server.endpoint, lambda s=server: s.body(engine, kind), **spread, server_group=server.process.pid
+                                server.endpoint,
+                                lambda s=server, e=engine, k=kind: s.body(e, k),
+                                **spread,
+                                server_group=server.process.pid,
                             )
                         rounds[side].append(summary(*measured))
                 key = "p50_ms" if clients == 1 else "server_cpu_ms_per_call"
@@ -462,6 +482,7 @@ def main() -> None:
             servers["baseline"] = start_gateway("baseline", tmp / "baseline", name, password, args.baseline_tree.resolve())
         servers["toolbox"] = start_toolbox(tmp / "toolbox", name, password)
         servers["dbhub"] = start_dbhub(tmp / "dbhub", name, password)
+        settled_s = settle(servers)
         sizes = answer_sizes(servers)
         shown = samples(servers)
         results = measure(args, servers, name, password)
@@ -476,6 +497,7 @@ def main() -> None:
             "baseline_tree": str(args.baseline_tree) if args.baseline_tree else None,
             "load_average_before_after": [load_before, list(os.getloadavg())],
             "cpus": os.cpu_count(),
+            "settled_s": settled_s,
             "summary": table(results, sizes, list(servers)),
             "results": results,
             "answers": sizes,
