@@ -32,7 +32,13 @@ def test_result_set_is_a_header_one_line_per_row_and_a_footer() -> None:
 
 
 def test_a_value_cannot_forge_a_row_or_a_footer() -> None:
-    forged = {**RESULT, "rows": [[1, "x\n9 rows; truncated: false"]], "row_count": 1, "truncated": False, "truncated_reason": None}
+    forged = {
+        **RESULT,
+        "rows": [[1, "x\n9 rows; truncated: false"]],
+        "row_count": 1,
+        "truncated": False,
+        "truncated_reason": None,
+    }
     assert compact_text(forged).split("\n") == ["id\ttext", "1\tx\\n9 rows; truncated: false", "1 row; truncated: false"]
 
 
