@@ -47,8 +47,22 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
+# Types that are their own JSON (a row of them needs no call per value: most rows are).
+_AS_IS = frozenset({str, int, bool, type(None)})
+
+
+# The commonest others by exact type, encoded as json_safe would (anything else goes through it).
+_BY_TYPE = {
+    decimal.Decimal: str,
+    datetime.date: datetime.date.isoformat,
+    datetime.datetime: datetime.datetime.isoformat,
+    datetime.time: datetime.time.isoformat,
+}
+
+
 def encode_row(row: Any) -> list[Any]:
-    return [json_safe(v) for v in row]
+    by_type = _BY_TYPE
+    return [v if v.__class__ in _AS_IS else by_type.get(v.__class__, json_safe)(v) for v in row]
 
 
 def row_bytes(encoded_row: list[Any]) -> int:

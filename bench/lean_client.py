@@ -39,7 +39,9 @@ PROTOCOL_VERSION = "2025-06-18"
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and how to POST: https://127.0.0.1:<port><path> with a bearer token."""
+    """Where and how to POST: https://127.0.0.1:<port><path> with a bearer token (plain http
+    when ca_path is empty; no Authorization header when token is empty: the peers in
+    bench/peers.py)."""
 
     port: int
     path: str
@@ -55,7 +57,8 @@ def request_bytes(endpoint: Endpoint, body: bytes) -> bytes:
     head = (
         f"POST {endpoint.path} HTTP/1.1\r\nHost: 127.0.0.1:{endpoint.port}\r\nContent-Type: application/json\r\n"
         f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {PROTOCOL_VERSION}\r\n"
-        f"Authorization: Bearer {endpoint.token}\r\nContent-Length: {len(body)}\r\n\r\n"
+        + (f"Authorization: Bearer {endpoint.token}\r\n" if endpoint.token else "")
+        + f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
 
@@ -78,8 +81,19 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     raise RuntimeError(f"response without a length: {headers}")
 
 
+def message_of(body: bytes) -> bytes:
+    """The JSON-RPC message of an answer: the body, or the data of its first SSE event (a
+    server answering in text/event-stream, as DBHub does)."""
+    if body[:1] in (b"{", b"["):
+        return body
+    for line in body.split(b"\n"):
+        if line.startswith(b"data:"):
+            return line[5:].strip()
+    return body
+
+
 def check_answer(status: int, body: bytes) -> None:
-    answer = orjson.loads(body)
+    answer = orjson.loads(message_of(body))
     if status != 200 or "result" not in answer or answer["result"].get("isError"):
         raise RuntimeError(f"bad answer {status}: {body[:300]!r}")
 
@@ -87,7 +101,7 @@ def check_answer(status: int, body: bytes) -> None:
 async def _http_client(
     endpoint: Endpoint, make_body: Callable[[], bytes], calls: int, warmup: int, start_at: float, out: list[float]
 ) -> None:
-    context = ssl.create_default_context(cafile=endpoint.ca_path)
+    context = ssl.create_default_context(cafile=endpoint.ca_path) if endpoint.ca_path else None
     reader, writer = await asyncio.open_connection("127.0.0.1", endpoint.port, ssl=context)
     try:
         for _ in range(warmup):

@@ -35,6 +35,15 @@ MIB = 1024 * 1024
 DEMO_TIMEOUT_S = 900
 
 
+def proc_pss_mib(pid: int) -> float:
+    """Proportional set size: shared pages (libraries, the model's once) divided among the
+    processes that map them, so a sum over processes is what the instance costs the machine."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return round(int(line.split()[1]) * 1024 / MIB, 1)
+    return 0.0
+
+
 def proc_memory(pid: int) -> dict[str, float]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -84,6 +93,10 @@ def measure(name: str, workers: int) -> dict[str, Any]:
                 "parent_mib": proc_memory(gw.process.pid),
                 "workers_mib": [proc_memory(pid) for pid in pids],
             }
+            # What the instance holds: its processes once each (with one worker the parent serves).
+            every = {gw.process.pid, *pids}
+            result["total_rss_mib"] = round(sum(proc_memory(pid)["VmRSS"] for pid in every), 1)
+            result["total_pss_mib"] = round(sum(proc_pss_mib(pid) for pid in every), 1)
             if demo_s is not None:
                 result["demo_index_s"] = demo_s
             return result
@@ -96,7 +109,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--configs", default="hash,local,local+demo")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--compare-workers", help="e.g. 1,2: each config at each count, total RSS side by side (with --baseline-tree too)"
+    )
+    parser.add_argument("--baseline-tree", type=Path, help="also measure a gateway running this checkout, in the same run")
     args = parser.parse_args()
+    if args.compare_workers:
+        compare(args)
+        return
     results = [measure(name, args.workers) for name in args.configs.split(",")]
     for result in results:
         rss = [w["VmRSS"] for w in result["workers_mib"]]
@@ -106,6 +126,33 @@ def main() -> None:
         for result in results:
             result["worker_rss_vs_hash"] = round(result["worker_rss_mean_mib"] / base, 2)
     text = json.dumps({"results": results}, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Total RSS of the instance at each worker count, for this tree and a baseline tree, in one
+    run."""
+    import os
+
+    counts = [int(c) for c in args.compare_workers.split(",")]
+    trees = {"gateway": REPO_ROOT, **({"baseline": args.baseline_tree.resolve()} if args.baseline_tree else {})}
+    load_before = list(os.getloadavg())
+    out: dict[str, Any] = {}
+    for label, tree in trees.items():
+        server_process.REPO_ROOT = tree  # what start_gateway puts first on the gateway's PYTHONPATH
+        for name in args.configs.split(","):
+            rows = {f"w{count}": measure(name, count) for count in counts}
+            first = rows[f"w{counts[0]}"]
+            for row in rows.values():
+                row["total_rss_to_first"] = round(row["total_rss_mib"] / first["total_rss_mib"], 2)
+                row["total_pss_to_first"] = round(row["total_pss_mib"] / first["total_pss_mib"], 2)
+            out[f"{label}:{name}"] = rows
+            shown = {k: (v["total_rss_mib"], v["total_pss_mib"]) for k, v in rows.items()}
+            print(label, name, "total RSS, PSS MiB", shown, file=sys.stderr, flush=True)
+    text = json.dumps({"load_average_before_after": [load_before, list(os.getloadavg())], "results": out}, indent=2)
     print(text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

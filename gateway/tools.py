@@ -14,7 +14,7 @@ A tool is declared once, beside its function:
 The input and output pydantic models come from the type hints; the base derives the JSON
 Schemas (once, at class creation), validates arguments, runs the function (sync functions in
 a worker thread, never on the event loop; async ones on the loop) under the call's deadline,
-and shapes the MCP result: `structuredContent` plus a text block with the same JSON, or
+and shapes the MCP result: `structuredContent` plus a text block for the model (gateway/rendering.py), or
 `isError: true` with `{"error": {code, message, details}}`. Duplicate names or missing
 descriptions fail at import.
 
@@ -41,11 +41,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
-import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway.call import CallContext, Caller
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument
+from gateway.rendering import text_of
 from gateway.store import ConfigModule
 from gateway.variables import Variable
 
@@ -199,8 +199,11 @@ def declared_tools(owner: type) -> list[tuple[Callable[..., Any], dict[str, Any]
     return [(attr, meta) for attr in vars(owner).values() if (meta := getattr(attr, "__mcp_tool__", None)) is not None]
 
 
-def tool_result(payload: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
-    text = orjson.dumps(payload).decode()
+def tool_result(
+    payload: dict[str, Any], *, is_error: bool = False, text_format: str | None = "json", protocol_version: str = ""
+) -> dict[str, Any]:
+    """The MCP result: structuredContent, and the text block the model reads (gateway/rendering.py)."""
+    text = text_of(payload, is_error=is_error, text_format=text_format, protocol_version=protocol_version)
     return {"content": [{"type": "text", "text": text}], "structuredContent": payload, "isError": is_error}
 
 
@@ -414,7 +417,9 @@ class ToolHandler:
             return error_result(GatewayError(f"{spec.name} failed unexpectedly; see the gateway log"))
         if isinstance(output, dict):
             output = spec.output_model.model_validate(output)
-        return tool_result(output.__pydantic_serializer__.to_python(output, mode="json", by_alias=True))  # model_dump
+        text_format = getattr(args, "format", None) or ctx.runtime.variables.get("mcp-text_format")
+        payload = output.__pydantic_serializer__.to_python(output, mode="json", by_alias=True)  # model_dump
+        return tool_result(payload, text_format=text_format, protocol_version=ctx.protocol_version)
 
 
 @types.coroutine

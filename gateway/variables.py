@@ -171,6 +171,14 @@ CORE_VARIABLES: tuple[Variable, ...] = (
         "Tool names tools/list advertises: dotted (rag.search_fts) or portable (rag_search_fts). tools/call accepts both.",
         choices=("dotted", "portable"),
     ),
+    _v(
+        "mcp-text_format",
+        "enum",
+        "compact",
+        "The text block of tool results: compact (a header line and one line per row, field lines; structuredContent "
+        "keeps the typed JSON) or json (the JSON of structuredContent). A tool's format argument overrides it.",
+        choices=("compact", "json"),
+    ),
     _v("mcp-tools_page_size", "int", 100, "Tools per tools/list page (cursor paging).", minimum=1, maximum=1000),
     _v(
         "mcp-metrics_auth",

@@ -27,11 +27,30 @@ from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 
 MAX_SQL_CHARS = 65_536
 
+# The text block of the answer (gateway/rendering.py); structuredContent is the same either way.
+TextFormat = Literal["compact", "json"] | None
+FORMAT_HELP = (
+    "The text block: compact (a header line, one tab-separated line per row, then the row count and truncated) or "
+    "json (the JSON of structuredContent); default: the mcp-text_format variable."
+)
+STATS_HELP = "Also return stats: timings, the caps applied, digest, matched query rules, result cache state."
+
 # ToolHandler.in_thread: run blocking work on the handler's threads.
 InThread = Callable[..., Awaitable[Any]]
 
 
 # -- inputs and outputs ------------------------------------------------------------------------
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def _answer(model: SqlResult, args: Any) -> SqlResult:
+    """What the caller asked to see: stats only with stats=true (the answer stays small)."""
+    if not args.stats:
+        model.stats = None
+    return model
 
 
 class Column(ToolOutput):
@@ -68,9 +87,13 @@ class SqlResult(ToolOutput):
     )
     row_count: int
     truncated: bool
-    truncated_reason: str | None = Field(default=None, description="max_rows or max_bytes when truncated.")
-    message: str | None = Field(default=None, description="Set when a query rule answered instead of running the statement.")
-    stats: SqlStats
+    truncated_reason: str | None = Field(
+        default=None, exclude_if=_is_none, description="max_rows or max_bytes when truncated (absent otherwise)."
+    )
+    message: str | None = Field(
+        default=None, exclude_if=_is_none, description="Set when a query rule answered instead of running the statement."
+    )
+    stats: SqlStats | None = Field(default=None, exclude_if=_is_none, description="With stats=true.")
 
 
 class ExplainResult(SqlResult):
@@ -99,6 +122,8 @@ class RunSqlIn(ToolInput):
         description="use: answer from the query result cache when the target or a query rule enables it; "
         "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
     )
+    format: TextFormat = Field(default=None, description=FORMAT_HELP)
+    stats: bool = Field(default=False, description=STATS_HELP)
 
 
 class ExplainSqlIn(ToolInput):
@@ -108,6 +133,8 @@ class ExplainSqlIn(ToolInput):
     analyze: bool = Field(
         default=False, description="Run the statement to get actual timings (EXPLAIN ANALYZE); only on targets that allow it."
     )
+    format: TextFormat = Field(default=None, description=FORMAT_HELP)
+    stats: bool = Field(default=False, description=STATS_HELP)
 
 
 class SampleRowsIn(ToolInput):
@@ -129,6 +156,8 @@ class SampleRowsIn(ToolInput):
         description="use: answer from the query result cache when the target or a query rule enables it; "
         "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
     )
+    format: TextFormat = Field(default=None, description=FORMAT_HELP)
+    stats: bool = Field(default=False, description=STATS_HELP)
 
 
 class SampleDistinctIn(ToolInput):
@@ -143,6 +172,8 @@ class SampleDistinctIn(ToolInput):
         description="use: answer from the query result cache when the target or a query rule enables it; "
         "bypass: ask the database and leave the cache alone; refresh: ask the database and store the result.",
     )
+    format: TextFormat = Field(default=None, description=FORMAT_HELP)
+    stats: bool = Field(default=False, description=STATS_HELP)
 
 
 # -- the tools ----------------------------------------------------------------------------------
@@ -189,17 +220,20 @@ class SqlTools:
         are returned; truncated=true says more existed. Values are JSON: decimals as strings,
         dates as ISO 8601, bytes as {"$bytes_b64": ...}. Use sample_rows for a quick look at
         a table and explain_sql for a query plan. When the target or a query rule enables the
-        result cache, a repeated statement is answered from it: stats.cache says hit (with
+        result cache, a repeated statement is answered from it: with stats=true, stats.cache says hit (with
         cache_age_ms) or miss; cache="bypass" asks the database."""
         timeout_ms = int(args.timeout_sec * 1000) if args.timeout_sec else None
         statement = Statement(
             sql=args.sql, target_id=args.target_id, schema=args.schema_, max_rows=args.max_rows, timeout_ms=timeout_ms,
             tool_name="run_sql_readonly", cache=args.cache,
         )  # fmt: skip
-        return SqlResult.model_validate(
-            await self._run_cached(
-                ctx, target_id=args.target_id, size=len(args.sql), cache=args.cache, statement=lambda: statement
-            )
+        return _answer(
+            SqlResult.model_validate(
+                await self._run_cached(
+                    ctx, target_id=args.target_id, size=len(args.sql), cache=args.cache, statement=lambda: statement
+                )
+            ),
+            args,
         )
 
     @tool("explain_sql", title="Explain a query plan", read_only=True, idempotent=True)
@@ -222,7 +256,7 @@ class SqlTools:
             ctx, Statement(sql=args.sql, target_id=target.target_id, schema=args.schema_, tool_name="explain_sql",
                            explain="analyze" if args.analyze else "plan"),
         )  # fmt: skip
-        return ExplainResult.model_validate({**out, "analyze": args.analyze, "plan": target.engine.plan_of(out)})
+        return _answer(ExplainResult.model_validate({**out, "analyze": args.analyze, "plan": target.engine.plan_of(out)}), args)
 
     @tool("sample_rows", title="Sample rows of a table", read_only=True, idempotent=True)
     async def sample_rows(self, args: SampleRowsIn, ctx: CallContext) -> SqlResult:
@@ -250,8 +284,11 @@ class SqlTools:
             )
 
         size = len(args.table) + sum(map(len, args.columns or ())) + len(args.where or "") + len(args.order_by or "")
-        return SqlResult.model_validate(
-            await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
+        return _answer(
+            SqlResult.model_validate(
+                await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
+            ),
+            args,
         )
 
     @tool("sample_distinct", title="Distinct values of a column", read_only=True, idempotent=True)
@@ -282,6 +319,9 @@ class SqlTools:
             )
 
         size = len(args.table) + len(args.column) + len(args.where or "")
-        return SqlResult.model_validate(
-            await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
+        return _answer(
+            SqlResult.model_validate(
+                await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
+            ),
+            args,
         )

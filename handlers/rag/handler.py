@@ -23,6 +23,7 @@ from backends.retrieval.build_status import BuildWatch
 from backends.retrieval.data_files import RAG_DATA_FILES
 from backends.retrieval.embeddings import index_embedding_config, make_embedder
 from backends.retrieval.embeddings.queries import QueryVectors
+from backends.retrieval.embeddings.shared import serve_to_workers
 from backends.retrieval.ingest.demo import start_demo_in_background
 from backends.retrieval.ingest.jobs import JobManager
 from backends.retrieval.ingest.reconcile import apply_source_changes, source_states
@@ -143,6 +144,10 @@ class RagHandler(ToolHandler):
     @classmethod
     def before_serve(cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool) -> None:
         """The demo corpus: built on first start, synced in the background beside the workers."""
+        if getattr(args, "workers", 1) > 1 and store.read_runtime().var("rag-embedding_provider") == "local":
+            # One model for the instance: the workers embed through the supervisor (and the demo
+            # build below uses the same loaded sessions), instead of one model per worker.
+            serve_to_workers(make_embedder(index_embedding_config(store.read_runtime())))
         if not args.no_demo:
             start_demo_in_background(data_dir, store=store, first_start=first_start)
 

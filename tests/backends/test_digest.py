@@ -73,8 +73,8 @@ def test_two_workers_merge(tmp_path: pytest.TempPathFactory) -> None:
 
 def test_tools_record_digests(sql_env: dict) -> None:  # noqa: F811
     handler = sql_env["handler"]
-    first = ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT name FROM items WHERE id = 1")
-    second = ok(handler, "run_sql_readonly", target_id="pg", sql="select name from items where id = 2")
+    first = ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT name FROM items WHERE id = 1", stats=True)
+    second = ok(handler, "run_sql_readonly", target_id="pg", sql="select name from items where id = 2", stats=True)
     ok(handler, "sample_rows", target_id="maria", table="items", where="id = 3")
     assert first["stats"]["digest"] == second["stats"]["digest"]
     handler.services.sql.flush_stats()

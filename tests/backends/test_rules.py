@@ -158,10 +158,10 @@ def test_rules_on_the_tools(sql_env: dict) -> None:  # noqa: F811
     blocked = error(handler, "run_sql_readonly", target_id="pg", sql="SELECT * FROM secret_table")
     assert blocked["message"] == "secret_table is off limits" and blocked["details"] == {"rule_id": 1}
 
-    answered = ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT 42")
+    answered = ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT 42", stats=True)
     assert answered["message"] == "answered by a rule" and answered["rows"] == [] and answered["stats"]["rules"] == [2]
 
-    rewritten = ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT region FROM items_alias")
+    rewritten = ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT region FROM items_alias", stats=True)
     assert rewritten["rows"] == [["north"]] and rewritten["stats"]["rules"] == [3]
 
     sneaky = error(handler, "run_sql_readonly", target_id="pg", sql="SELECT 'sneaky'")
@@ -173,7 +173,7 @@ def test_rules_on_the_tools(sql_env: dict) -> None:  # noqa: F811
 
     assert error(handler, "sample_rows", target_id="pg", table="items", order_by="id")["message"] == "no sorting samples"
     assert ok(handler, "sample_rows", target_id="pg", table="items", limit=1)["row_count"] == 1
-    assert ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT 1 ORDER BY 1")["stats"]["rules"] == []
+    assert ok(handler, "run_sql_readonly", target_id="pg", sql="SELECT 1 ORDER BY 1", stats=True)["stats"]["rules"] == []
 
     handler.services.sql.flush_stats()
     hits = {

@@ -44,8 +44,16 @@ async def session(gateway: GatewayProcess, endpoint: str) -> AsyncIterator[Clien
         yield client
 
 
+SQL_TOOLS = {"run_sql_readonly", "sample_rows", "sample_distinct", "explain_sql"}
+
+
+def with_stats(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """These tests read stats.cache: the SQL tools return stats when asked (stats=true)."""
+    return {"stats": True, **arguments} if name in SQL_TOOLS else arguments
+
+
 async def ok(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(name, arguments)
+    result = await client.call_tool(name, with_stats(name, arguments))
     assert result.is_error is False, result.structured_content
     return result.structured_content
 
@@ -59,7 +67,7 @@ async def fails(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
 def rpc(gateway: GatewayProcess, endpoint: str, name: str, **arguments: Any) -> dict[str, Any]:
     """One call over a fresh HTTPS connection: with several workers, any of them may answer."""
     with gateway.client() as http:
-        result = call_tool(http, gateway, endpoint, name, arguments)
+        result = call_tool(http, gateway, endpoint, name, with_stats(name, arguments))
     assert result["isError"] is False, result
     return result["structuredContent"]
 

@@ -81,7 +81,7 @@ def test_result_shape_and_errors(handler):
     h, runtime = handler
     spec = h.find_tool("sample.echo")
     ok = asyncio.run(h.execute_tool(spec, {"text": "hi"}, _ctx(runtime)))
-    assert ok["isError"] is False and ok["structuredContent"] == {"text": "hi"} and ok["content"][0]["text"] == '{"text":"hi"}'
+    assert ok["isError"] is False and ok["structuredContent"] == {"text": "hi"} and ok["content"][0]["text"] == "text: hi"
     bad = asyncio.run(h.execute_tool(spec, {"text": "far too long text", "extra": 1}, _ctx(runtime)))
     assert bad["isError"] and bad["structuredContent"]["error"]["code"] == "INVALID_ARGUMENT"
     assert {d["loc"] for d in bad["structuredContent"]["error"]["details"]} == {"text", "extra"}

@@ -10,6 +10,7 @@ from typing import Any
 
 from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
 from gateway.assembly import share_backends
+from gateway.rendering import compact_text
 from gateway.services import Services
 from gateway.store import ConfigStore
 from gateway.tools import ToolHandler
@@ -60,7 +61,10 @@ def call(handler: ToolHandler, name: str, **arguments: Any) -> tuple[bool, dict[
     ctx = handler.context(spec, handler.services.runtime)
     result = asyncio.run(handler.execute_tool(spec, arguments, ctx))
     text = result["content"][0]["text"]
-    assert json.loads(text) == result["structuredContent"]  # the text block is the same JSON
+    if result["isError"]:
+        assert json.loads(text) == result["structuredContent"]  # an error's text block is its JSON
+    else:
+        assert text == compact_text(result["structuredContent"])  # the model's rendering of the same answer
     return result["isError"], result["structuredContent"]
 
 

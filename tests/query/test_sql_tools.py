@@ -126,6 +126,7 @@ def test_values_come_back_json_safe_and_typed(sql_env: dict, engine: str) -> Non
         "run_sql_readonly",
         target_id=engine,
         sql="SELECT id, name, price, created, data, note FROM items WHERE id = 2",
+        stats=True,
     )
     assert [c["name"] for c in out["columns"]] == ["id", "name", "price", "created", "data", "note"]
     assert out["rows"] == [[2, "blue", "2.50", "2024-01-03", {"$bytes_b64": "Av8="}, "note 2"]] or engine == "lite"
@@ -133,7 +134,7 @@ def test_values_come_back_json_safe_and_typed(sql_env: dict, engine: str) -> Non
         assert out["rows"] == [[2, "blue", 2.5, "2024-01-03", {"$bytes_b64": "Av8="}, "note 2"]]
     types = {c["name"]: c["type"] for c in out["columns"]}
     assert types["price"] == {"maria": "newdecimal", "pg": "numeric", "lite": "real"}[engine]
-    assert out["row_count"] == 1 and out["truncated"] is False and out["truncated_reason"] is None
+    assert out["row_count"] == 1 and out["truncated"] is False and "truncated_reason" not in out
     assert out["stats"]["ms"] > 0 and out["stats"]["digest"].startswith("0x")
 
 
@@ -148,7 +149,7 @@ def test_row_cap_reports_truncation_by_reading_one_more_row(sql_env: dict, engin
 
 
 def test_target_max_rows_caps_the_request(sql_env: dict) -> None:
-    out = ok(sql_env["handler"], "run_sql_readonly", target_id="pg_small", sql="SELECT id FROM items", max_rows=1000)
+    out = ok(sql_env["handler"], "run_sql_readonly", target_id="pg_small", sql="SELECT id FROM items", max_rows=1000, stats=True)
     assert out["row_count"] == 5 and out["truncated"] is True and out["stats"]["max_rows"] == 5
 
 
@@ -157,7 +158,7 @@ def test_byte_cap_truncates(sql_env: dict, engine: str) -> None:
     handler, store = sql_env["handler"], sql_env["store"]
     set_variable(store, handler, "mcp-query_max_response_bytes", "1024")
     try:
-        out = ok(handler, "run_sql_readonly", target_id=engine, sql="SELECT id, name, data FROM items ORDER BY id")
+        out = ok(handler, "run_sql_readonly", target_id=engine, sql="SELECT id, name, data FROM items ORDER BY id", stats=True)
     finally:
         set_variable(store, handler, "mcp-query_max_response_bytes", "1000000")
     assert 0 < out["row_count"] < ROWS
@@ -392,3 +393,55 @@ def test_sql_tools_over_https_with_the_sdk_client(served: Any) -> None:
             assert blocked.structured_content["error"]["message"] == "off limits"
 
     anyio.run(scenario)
+
+
+@pytest.mark.skipif(not _registered(), reason="QueryHandler is not in handlers.HANDLER_CLASSES yet")
+def test_compact_text_for_the_model_json_when_asked(served: Any) -> None:
+    """The text block is a compact table (header, one line per row, count and truncated) while
+    structuredContent keeps the typed JSON; format=json, the mcp-text_format variable and a
+    client of an era before structuredContent get the JSON text."""
+    import json
+
+    from server_process import call_tool
+
+    sql = "SELECT id, name, price, note FROM items WHERE id IN (2, 3) ORDER BY id"
+    with served.client() as http:
+        compact = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql})
+        assert compact["structuredContent"]["columns"][2] == {"name": "price", "type": "numeric"}
+        assert "stats" not in compact["structuredContent"]  # asked for with stats=true
+        assert "truncated_reason" not in compact["structuredContent"] and "message" not in compact["structuredContent"]
+        with_stats = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql, "stats": True})
+        assert with_stats["structuredContent"]["stats"]["max_rows"] > 0
+        assert with_stats["content"][0]["text"] == compact["content"][0]["text"]  # never in the text block
+        assert (
+            compact["content"][0]["text"]
+            == "id\tname\tprice\tnote\n2\tblue\t2.50\tnote 2\n3\tred\t3.50\tNULL\n2 rows; truncated: false"
+        )
+        capped = call_tool(http, served, "query", "run_sql_readonly", {"sql": "SELECT id FROM items ORDER BY id", "max_rows": 2})
+        assert capped["content"][0]["text"].splitlines()[-1] == "2 rows; truncated: true (max_rows)"
+        as_json = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql, "format": "json"})
+        assert json.loads(as_json["content"][0]["text"]) == as_json["structuredContent"]
+        old_era = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql}, version="2025-03-26")
+        assert json.loads(old_era["content"][0]["text"]) == old_era["structuredContent"]
+        bad = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql, "format": "yaml"})
+        assert bad["isError"] and bad["structuredContent"]["error"]["code"] == "INVALID_ARGUMENT"
+        refused = call_tool(http, served, "query", "run_sql_readonly", {"sql": "DELETE FROM items"})
+        assert json.loads(refused["content"][0]["text"])["error"]["code"] == "INVALID_ARGUMENT"  # errors stay JSON
+        listing = call_tool(http, served, "query", "list_targets", {})["content"][0]["text"].splitlines()
+        assert listing[0] == "targets: 1" and listing[1].startswith("target_id\t") and listing[2].startswith("pg\t")
+        set_json = {"statement": "UPDATE global_variables SET variable_value = 'json' WHERE variable_name = 'mcp-text_format'"}
+        for statement in (set_json["statement"], "LOAD MCP VARIABLES TO RUNTIME"):
+            assert call_tool(http, served, "admin", "admin.sql", {"statement": statement})["isError"] is False
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                answer = call_tool(http, served, "query", "run_sql_readonly", {"sql": sql})
+                if answer["content"][0]["text"].startswith("{"):
+                    break
+                assert time.monotonic() < deadline, answer["content"][0]["text"]
+                time.sleep(0.2)
+            assert json.loads(answer["content"][0]["text"]) == answer["structuredContent"]
+        finally:
+            reset = "UPDATE global_variables SET variable_value = 'compact' WHERE variable_name = 'mcp-text_format'"
+            for statement in (reset, "LOAD MCP VARIABLES TO RUNTIME"):
+                call_tool(http, served, "admin", "admin.sql", {"statement": statement})

@@ -5,6 +5,7 @@
      +-- RemoteEmbedder          "openai": POST {api_base}/v1/embeddings
      |                           "ollama": POST {api_base}/api/embed
      +-- HashEmbedder            "hash": feature hashing, for benchmarks/tests only
+     +-- SharedEmbedder          "local" in a worker of several: the supervisor's one model (shared.py)
     QueryEmbeddingCache          bounded LRU of query vectors in front of any Embedder
 
 `make_embedder(config)` builds one from the blueprint's `embedding_json` keys:
@@ -22,6 +23,7 @@ from backends.retrieval.embeddings.cache import QueryEmbeddingCache
 from backends.retrieval.embeddings.hashing import HashEmbedder
 from backends.retrieval.embeddings.local import BATCH_TOKEN_BUDGET, LOCAL_DIM, LOCAL_MODEL_NAME, LocalEmbedder
 from backends.retrieval.embeddings.remote import RemoteEmbedder
+from backends.retrieval.embeddings.shared import SharedEmbedder, shared_socket
 from backends.retrieval.protocols import Embedder
 from gateway.errors import ConfigError
 
@@ -78,6 +80,8 @@ def make_embedder(config: Mapping[str, Any]) -> Embedder:
             raise ConfigError(f"{LOCAL_MODEL_NAME} produces {LOCAL_DIM}-dim vectors; dim={dim} does not match")
         threads = _int_setting(config, "intra_op_threads", None, (1, 256))
         batch_tokens = _int_setting(config, "batch_tokens", BATCH_TOKEN_BUDGET, _BATCH_TOKENS_RANGE)
+        if (path := shared_socket()) is not None:  # a worker: the supervisor's one model (shared.py)
+            return SharedEmbedder(path)
         return LocalEmbedder(batch_size=batch_size, batch_tokens=batch_tokens, intra_op_threads=threads)
 
     model = str(config.get("model") or "").strip()

@@ -1,0 +1,136 @@
+"""The text block of a tool result: what the model reads, in as few tokens as it can afford.
+
+`structuredContent` keeps the typed JSON for programs; the text block is a compact rendering of
+the same answer (`text_of`):
+
+- a result set (`columns` + `rows`): a header line of column names, one line per row with the
+  values separated by tabs, and one closing line with the row count and `truncated` (and its
+  reason, and a query rule's message). Column types and `stats` stay in structuredContent.
+  Values: NULL for null, true/false, numbers as written, strings as they are with backslash,
+  tab, newline and carriage return escaped (\\\\, \\t, \\n, \\r), anything nested as JSON.
+- any other answer: one `key: value` line per field; a list of objects (a schema listing) as a
+  table under its key, one line per object; nested values as JSON.
+
+Errors keep their JSON text (`{"error": {code, message, details}}`): small, and parsed by
+clients. `format="json"` (a tool argument where the tool declares it, or the mcp-text_format
+variable) makes the text block the JSON of structuredContent, byte for byte, as before; so do
+clients of protocol eras that predate structuredContent (before 2025-06-18), for whom the text
+block is the only typed form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+TEXT_FORMATS = ("compact", "json")
+# Protocol versions that know structuredContent (2025-06-18 and later sort after this one).
+STRUCTURED_SINCE = "2025-06-18"
+
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_RESULT_SET_KEYS = frozenset({"target_id", "columns", "rows", "row_count", "truncated", "truncated_reason", "message", "stats"})
+
+
+def json_text(payload: Any) -> str:
+    return orjson.dumps(payload).decode()
+
+
+def wants_json(text_format: str | None, protocol_version: str) -> bool:
+    """JSON text when asked, or when the client's protocol era cannot see structuredContent."""
+    if text_format == "json":
+        return True
+    return bool(protocol_version) and protocol_version < STRUCTURED_SINCE
+
+
+def cell(value: Any) -> str:
+    """One value on one line: strings escaped, nested values as JSON."""
+    if value.__class__ is str:
+        return value.translate(_ESCAPES) if ("\\" in value or "\t" in value or "\n" in value or "\r" in value) else value
+    if value is None:
+        return "NULL"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return orjson.dumps(value).decode().translate(_ESCAPES)
+
+
+def table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    return ["\t".join([cell(name) for name in header]), *_rows_text(rows)]
+
+
+def _rows_text(rows: list[list[Any]]) -> list[str]:
+    """One line per row. Most values need no escape: they are written as they are, and the
+    whole text is checked once (a tab, newline, carriage return or backslash beyond the
+    layout's means some value needed one); only then is every value escaped one by one."""
+    if not rows:
+        return []
+    lines = [
+        "\t".join([v if v.__class__ is str else "NULL" if v is None else str(v) if v.__class__ is int else cell(v) for v in row])
+        for row in rows
+    ]
+    text = "\n".join(lines)
+    tabs = sum(len(row) - 1 for row in rows if row)
+    if text.count("\t") == tabs and text.count("\n") == len(rows) - 1 and "\\" not in text and "\r" not in text:
+        return lines
+    return ["\t".join([cell(v) for v in row]) for row in rows]
+
+
+def rows_footer(payload: dict[str, Any]) -> str:
+    count = payload.get("row_count", len(payload["rows"]))
+    text = f"{count} row{'' if count == 1 else 's'}; truncated: {'true' if payload.get('truncated') else 'false'}"
+    if payload.get("truncated_reason"):
+        text += f" ({payload['truncated_reason']})"
+    return text
+
+
+def result_set(payload: dict[str, Any]) -> list[str]:
+    columns = payload["columns"]
+    header = [c["name"] if isinstance(c, dict) else str(c) for c in columns]
+    lines = table(header, payload["rows"]) if header else []
+    lines.append(rows_footer(payload))
+    if payload.get("message"):
+        lines.append(f"message: {cell(payload['message'])}")
+    for key, value in payload.items():  # what a richer result adds (explain_sql's plan)
+        if key not in _RESULT_SET_KEYS and value is not None:
+            lines.append(f"{key}: {cell(value)}")
+    return lines
+
+
+def _is_record_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)
+
+
+def fields(payload: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for key, value in payload.items():
+        if _is_record_list(value):
+            header: list[str] = []
+            for item in value:
+                header.extend(k for k in item if k not in header)
+            lines.append(f"{key}: {len(value)}")
+            lines.extend(table(header, [[item.get(k) for k in header] for item in value]))
+        elif isinstance(value, dict) and "columns" in value and "rows" in value:
+            lines.append(f"{key}:")
+            lines.extend(result_set(value))
+        else:
+            lines.append(f"{key}: {cell(value)}")
+    return lines
+
+
+def compact_text(payload: Any) -> str:
+    """The compact rendering of a successful tool answer (module docstring)."""
+    if not isinstance(payload, dict):
+        return cell(payload)
+    if isinstance(payload.get("columns"), list) and isinstance(payload.get("rows"), list):
+        return "\n".join(result_set(payload))
+    return "\n".join(fields(payload))
+
+
+def text_of(payload: Any, *, is_error: bool = False, text_format: str | None = None, protocol_version: str = "") -> str:
+    if is_error or wants_json(text_format, protocol_version):
+        return json_text(payload)
+    return compact_text(payload)
