@@ -131,6 +131,20 @@ def test_interleaved_calls_never_leak(gateway: GatewayProcess, provider: OidcPro
                 break
             assert time.monotonic() < deadline, rows
             time.sleep(0.5)
+        # the digest reset zeroes the callers with the digests (admin SQL's _reset twin, then show_queries reset=true)
+        _admin(gateway, http, "SELECT COUNT(*) FROM stats_mcp_query_digest_reset")
+        left = _admin(gateway, http, "SELECT COUNT(*) FROM stats_mcp_query_digest_callers")["rows"]
+        assert left == [[0]], left
+        _run(http, tokens["alice"])
+        call_tool(http, gateway, "stats", "show_queries", {})  # flushes this worker's digests
+        while not _admin(gateway, http, "SELECT COUNT(*) FROM stats_mcp_query_digest_callers")["rows"][0][0]:
+            assert time.monotonic() < deadline + 10
+            _run(http, tokens["alice"])
+            call_tool(http, gateway, "stats", "show_queries", {})
+            time.sleep(0.2)
+        assert call_tool(http, gateway, "stats", "show_queries", {"reset": True})["isError"] is False
+        left = _admin(gateway, http, "SELECT COUNT(*) FROM stats_mcp_query_digest_callers")["rows"]
+        assert left == [[0]], left
 
 
 def test_the_cache_is_keyed_by_identity(gateway: GatewayProcess, provider: OidcProvider) -> None:
