@@ -15,10 +15,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from server_process import GatewayProcess, call_tool, start_gateway
-
 from admin.engine_accounts import Engine, Mariadb, Postgres
 from admin.support import ok, tool
+from server_process import GatewayProcess, call_tool, start_gateway
+
 from oauth.oidc import OidcProvider
 
 
