@@ -187,6 +187,7 @@ def query_digest_stats(
         with sqlite.transaction(conn):
             rows = sqlite.rows(conn, select, (int(min_count), int(limit)))
             conn.execute("DELETE FROM stats_mcp_query_digest")
+            conn.execute("DELETE FROM stats_mcp_query_digest_callers")  # their callers with them
     else:
         rows = sqlite.rows(conn, select, (int(min_count), int(limit)))
     result = []

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from backends import callers
 from backends.binding import bind
 from backends.digest import DigestRecorder, digest_of, normalize_text
 from backends.engines.base import ResultSet
@@ -144,6 +145,38 @@ def identity_settings(ctx: CallContext) -> dict[str, str] | None:
     caller = ctx.caller
     oauth = caller.admitted == "oauth"
     return {name: caller.claim(claim) if oauth else "" for name, claim in _identity_specs[1]}
+
+
+def _execute(
+    engine: Any,
+    conn: Any,
+    text: str,
+    settings: Mapping[str, str] | None,
+    stats: dict[str, Any],
+    schema: str | None,
+    bound: dict[str, Any],
+) -> ResultSet:
+    """The engine's execute, with transaction-local settings where the engine has them."""
+    if settings and getattr(engine, "local_settings", False):
+        return engine.execute_with_settings(
+            conn, text, settings, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+            max_bytes=stats["max_bytes"], schema=schema, **bound,
+        )  # fmt: skip
+    return engine.execute(
+        conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+        max_bytes=stats["max_bytes"], schema=schema, **bound,
+    )  # fmt: skip
+
+
+def _session_id(engine: Any, conn: Any) -> int | None:
+    """The server's id of a pooled connection (engines that have one: MariaDB/MySQL, PostgreSQL)."""
+    session_id = getattr(engine, "session_id", None)
+    if session_id is None:
+        return None
+    try:
+        return session_id(conn)
+    except Exception:  # a dead connection: the statement will say so
+        return None
 
 
 class ReadOnlySql:
@@ -298,9 +331,16 @@ class ReadOnlySql:
             db_started = time.perf_counter()
             try:
                 bound = {} if values is None else {"params": values}
-                if prepared.identity and getattr(engine, "local_settings", False):
+                settings = prepared.identity
+                caller = prepared.caller
+                if caller is not None and caller.admitted == "oauth":  # who is connected (backends/callers.py)
+                    with callers.RUNNING.running(target.target_id, _session_id(engine, conn), caller.subject):
+                        if getattr(engine, "local_settings", False):
+                            settings = {**(settings or {}), "application_name": callers.label_for(caller.subject)}
+                        result = _execute(engine, conn, text, settings, stats, prepared.schema, bound)
+                elif settings and getattr(engine, "local_settings", False):
                     result = engine.execute_with_settings(  # type: ignore[attr-defined]
-                        conn, text, prepared.identity, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
+                        conn, text, settings, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
                         max_bytes=stats["max_bytes"], schema=prepared.schema, **bound,
                     )  # fmt: skip
                 else:

@@ -35,6 +35,8 @@ DEFAULT_MAX_ROWS = 1000
 MASKED_VARIABLE_TABLES = ("global_variables", "runtime_global_variables")
 # Reading one of these returns its statistics table and zeroes it (ProxySQL's *_reset twins).
 RESET_TABLES = {"stats_mcp_query_digest_reset": "stats_mcp_query_digest", "stats_mcp_query_rules_reset": "stats_mcp_query_rules"}
+# What a reset also zeroes: the per-caller counts of the digests it zeroes.
+RESET_ALSO = {"stats_mcp_query_digest": ("stats_mcp_query_digest_callers",)}
 
 _VERB_ACTIONS = {
     ("LOAD", "TO", "RUNTIME"): "load_to_runtime",
@@ -281,4 +283,6 @@ class AdminSQL:
         conn.authorizer = None
         for name in resets:
             conn.execute(f"DELETE FROM main.{RESET_TABLES[name]}")
+            for also in RESET_ALSO.get(RESET_TABLES[name], ()):
+                conn.execute(f"DELETE FROM main.{also}")
         conn.execute("COMMIT")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from backends import callers
 from backends.digest import query_digest_stats
 from gateway.errors import NotFound
 from gateway.tools import INT64_MAX, CallContext, ToolHandler, ToolInput, ToolOutput, tool
@@ -110,9 +111,20 @@ class ShowQueriesOut(ToolOutput):
     reset: bool = False
 
 
+class CallerStatements(ToolOutput):
+    target_id: str
+    subject: str = Field(description="The OAuth caller (token subject).")
+    statements: int = Field(description="Its statements running on the target now.")
+
+
 class ConnectionsOut(ToolOutput):
     pools: list[dict[str, Any]]
     active_requests: float
+    callers: list[CallerStatements] = Field(
+        default_factory=list,
+        description="Who is connected: OAuth callers with statements running now, per target (this worker process; "
+        "static-token calls are not listed). admin_show_processes names the caller of each statement.",
+    )
 
 
 class StatsHandler(ToolHandler):
@@ -196,5 +208,7 @@ class StatsHandler(ToolHandler):
         """Backend connection pools per target (size, in use, idle, waiting, errors) and requests in flight."""
         pools = self.services.targets
         return ConnectionsOut(
-            pools=pools.stats() if pools is not None else [], active_requests=self.services.metrics.totals()["inflight"]
+            pools=pools.stats() if pools is not None else [],
+            active_requests=self.services.metrics.totals()["inflight"],
+            callers=[CallerStatements(**row) for row in callers.RUNNING.counts()],  # type: ignore[arg-type]
         )

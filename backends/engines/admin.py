@@ -41,6 +41,7 @@ class Process:
     time_s: float
     statement: str
     started_at: float  # unix time its run began (PostgreSQL: its transaction, which a pipeline's steps share)
+    label: str = ""  # PostgreSQL's application_name (the gateway's names its OAuth caller: backends/callers.py)
 
 
 @dataclass(frozen=True)

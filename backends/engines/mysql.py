@@ -905,6 +905,11 @@ class MySQL:
         return "%s"
 
     @staticmethod
+    def session_id(conn: pymysql.connections.Connection) -> int | None:
+        """The server's id of the connection (PROCESSLIST.ID): backends/callers.py names its caller."""
+        return conn.thread_id()
+
+    @staticmethod
     def explain_prefix(conn: pymysql.connections.Connection, *, analyze: bool) -> str:
         if _is_mariadb(conn):
             return "ANALYZE FORMAT=JSON " if analyze else "EXPLAIN FORMAT=JSON "

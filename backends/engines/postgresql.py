@@ -1062,13 +1062,15 @@ class PostgresAdminSession:
         found = self.conn.execute(
             "SELECT pid, usename, COALESCE(client_addr::text, 'local'), datname, state, "
             "EXTRACT(EPOCH FROM clock_timestamp() - query_start), left(query, %s), "
-            "EXTRACT(EPOCH FROM COALESCE(xact_start, query_start)) FROM pg_stat_activity "
+            "EXTRACT(EPOCH FROM COALESCE(xact_start, query_start)), application_name FROM pg_stat_activity "
             "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle' "
             "ORDER BY query_start",
             (STATEMENT_CHARS,),
         ).fetchall()
         return [
-            Process(int(r[0]), r[1] or "", r[2], r[3] or "", r[4] or "", float(r[5] or 0), r[6] or "", float(r[7] or 0))
+            Process(
+                int(r[0]), r[1] or "", r[2], r[3] or "", r[4] or "", float(r[5] or 0), r[6] or "", float(r[7] or 0), r[8] or ""
+            )
             for r in found
         ]
 
@@ -1397,6 +1399,11 @@ class PostgreSQL:
         )
 
     local_settings = True  # has execute_with_settings
+
+    @staticmethod
+    def session_id(conn: psycopg.Connection) -> int | None:
+        """The server's id of the connection (pg_stat_activity.pid): backends/callers.py names its caller."""
+        return conn.info.backend_pid
 
     @staticmethod
     @contextlib.contextmanager

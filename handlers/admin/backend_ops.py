@@ -16,6 +16,8 @@ import secrets as random_secrets
 
 from pydantic import Field
 
+from backends import callers
+from backends.callers import subject_of_label
 from backends.engines.admin import STATEMENT_CHARS, TargetAdmin
 from backends.targets import Target, targets_from_runtime
 from gateway.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
@@ -86,6 +88,10 @@ class ProcessOut(ToolOutput):
     statement: str = Field(description=f"The running statement (first {STATEMENT_CHARS} characters).")
     started_at: float = Field(description="Unix time the statement (PostgreSQL: its transaction) began.")
     gateway_account: bool
+    subject: str | None = Field(
+        default=None,
+        description="The OAuth caller (token subject) whose statement this is; null for a static token or another client.",
+    )
 
 
 class ShowProcessesOut(ToolOutput):
@@ -156,7 +162,15 @@ class BackendTools:
         ours = gateway_accounts(ctx)
         with admin.session() as session:
             found = session.processes()
-        listed = [ProcessOut(**vars(p), gateway_account=p.user in ours) for p in found if args.all or p.user in ours]
+        listed = [
+            ProcessOut(
+                **{k: v for k, v in vars(p).items() if k != "label"},
+                gateway_account=p.user in ours,
+                subject=subject_of_label(p.label) or callers.RUNNING.subject(target.target_id, p.process_id),
+            )
+            for p in found
+            if args.all or p.user in ours
+        ]
         return ShowProcessesOut(target_id=target.target_id, processes=listed[: args.limit], truncated=len(listed) > args.limit)
 
     @tool("admin_kill_query", title="Cancel a running statement", read_only=False, destructive=True)

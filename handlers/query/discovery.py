@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from backends.pools import TargetPools
 from backends.targets import Target, default_schema
+from gateway.call import Caller
 from gateway.errors import BadValue, DeadlineExceeded, GatewayError, InvalidArgument
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.query.lookup import require_schema, require_table
@@ -239,12 +240,14 @@ class CatalogReaders:
         self.pools = pools
 
     @contextmanager
-    def open(self, target_id: str | None, tool_name: str) -> Iterator[tuple[Target, Any]]:
-        """A catalog reader on a pooled connection, with driver errors translated here."""
+    def open(self, target_id: str | None, tool_name: str, caller: Caller | None = None) -> Iterator[tuple[Target, Any]]:
+        """A catalog reader on a pooled connection, with driver errors translated here. With an
+        OAuth `caller` an mcp_identity_profiles rule maps to an account, that account reads the
+        catalog: the caller sees the schemas and tables its own grants show."""
         target = self.pools.resolve(target_id)
         if not target.allow_discovery:
             raise InvalidArgument(f"discovery is disabled for target {target.target_id} (allow_discovery=0)")
-        with self.pools.connection(target.target_id) as (target, conn):
+        with self.pools.connection(target.target_id, caller) as (target, conn):
             try:
                 yield target, target.engine.catalog(conn)
             except GatewayError:
@@ -299,7 +302,7 @@ class DiscoveryTools:
         without pg_* and information_schema; attached databases on SQLite), in name order,
         page_size at a time. Pass next_page_token back as page_token for the next page."""
         started = time.monotonic()
-        with self.readers.open(args.target_id, "list_schemas") as (target, catalog):
+        with self.readers.open(args.target_id, "list_schemas", ctx.caller) as (target, catalog):
             scope = ("list_schemas", target.target_id)
             after = decode_page_token(args.page_token, *scope)
             names = catalog.schemas(after, args.page_size + 1)
@@ -319,7 +322,7 @@ class DiscoveryTools:
         per type, the biggest tables) and suggested next calls instead, summarized=true."""
         started = time.monotonic()
         threshold = variable(ctx, SUMMARY_THRESHOLD)
-        with self.readers.open(args.target_id, "list_tables") as (target, catalog):
+        with self.readers.open(args.target_id, "list_tables", ctx.caller) as (target, catalog):
             schema = default_schema(target, args.schema_)
             scope = ("list_tables", target.target_id, schema, args.name_filter or "")
             after = decode_page_token(args.page_token, *scope)
@@ -352,7 +355,7 @@ class DiscoveryTools:
         expression, key role (PRI/UNI/MUL) and comment, in column order. NOT_FOUND when the
         schema or table does not exist."""
         started = time.monotonic()
-        with self.readers.open(args.target_id, "describe_table") as (target, catalog):
+        with self.readers.open(args.target_id, "describe_table", ctx.caller) as (target, catalog):
             schema = default_schema(target, args.schema_)
             kind = self._require_table(catalog, target, schema, args.table)
             columns = catalog.columns(schema, args.table)
@@ -371,7 +374,7 @@ class DiscoveryTools:
         and ON UPDATE/ON DELETE rules), unique constraints and CHECK constraints (their
         expression as the engine reports it). Use it to find join paths between tables."""
         started = time.monotonic()
-        with self.readers.open(args.target_id, "get_constraints") as (target, catalog):
+        with self.readers.open(args.target_id, "get_constraints", ctx.caller) as (target, catalog):
             schema = default_schema(target, args.schema_)
             self._require_table(catalog, target, schema, args.table)
             found = catalog.constraints(schema, args.table)

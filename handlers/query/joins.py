@@ -153,7 +153,7 @@ class JoinTools:
         values found in the key (overlap_ratio). Columns that merely share a type are never
         proposed. Sampling queries obey the query rules and the target's timeout."""
         started = time.monotonic()
-        with self.readers.open(args.target_id, "suggest_joins") as (target, catalog):
+        with self.readers.open(args.target_id, "suggest_joins", ctx.caller) as (target, catalog):
             schema = default_schema(target, args.schema_)
             require_table(catalog, target.target_id, schema, args.table_a)
             if args.table_b:
@@ -195,7 +195,7 @@ class JoinTools:
         name tells, the column's sampled values are checked against every key-like column of a
         compatible type (signal name:none), and those that contain them are ranked by it."""
         started = time.monotonic()
-        with self.readers.open(args.target_id, "find_reference_candidates") as (target, catalog):
+        with self.readers.open(args.target_id, "find_reference_candidates", ctx.caller) as (target, catalog):
             schema = default_schema(target, args.schema_)
             require_table(catalog, target.target_id, schema, args.table)
             tables = target.engine.snapshot(catalog.conn, schema)

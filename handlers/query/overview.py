@@ -144,7 +144,7 @@ class OverviewTools:
         threshold = variable(ctx, SUMMARY_THRESHOLD)
         byte_cap = int(variable(ctx, MAX_RESPONSE_BYTES)) - ENVELOPE_BYTES
         truncated = False
-        with self.readers.open(args.target_id, "get_schema_info") as (target, catalog):
+        with self.readers.open(args.target_id, "get_schema_info", ctx.caller) as (target, catalog):
             if args.schema_:
                 names = [args.schema_]
                 require_schema(catalog, target.target_id, args.schema_)

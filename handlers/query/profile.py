@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from backends.sql import ReadOnlySql, Statement
 from backends.targets import default_schema
+from gateway.call import Caller
 from gateway.tools import CallContext, ToolInput, ToolOutput, tool
 from handlers.query.discovery import CatalogReaders
 from handlers.query.lookup import require_column, require_table
@@ -149,8 +150,10 @@ class ProfileTools:
         self.readers = readers
         self.sql = sql
 
-    def _shape(self, args: TableRef, tool_name: str) -> tuple[Any, str, str, TableShape, dict[str, Any]]:
-        with self.readers.open(args.target_id, tool_name) as (target, catalog):
+    def _shape(
+        self, args: TableRef, tool_name: str, caller: Caller | None = None
+    ) -> tuple[Any, str, str, TableShape, dict[str, Any]]:
+        with self.readers.open(args.target_id, tool_name, caller) as (target, catalog):
             schema = default_schema(target, args.schema_)
             kind = require_table(catalog, target.target_id, schema, args.table)
             raw = catalog.columns(schema, args.table)
@@ -196,7 +199,7 @@ class ProfileTools:
         profile stays within the target's timeout: past it, truncated=true and not_profiled
         names the columns left. Query rules apply: a rule blocking the table blocks this."""
         started = time.monotonic()
-        target, kind, schema, shape, known = self._shape(args, "table_profile")
+        target, kind, schema, shape, known = self._shape(args, "table_profile", ctx.caller)
         profiler = self._profiler(ctx, target, shape, "table_profile")
         columns = shape.columns[:MAX_PROFILED_COLUMNS]
         if len(shape.columns) > MAX_PROFILED_COLUMNS:
@@ -253,7 +256,7 @@ class ProfileTools:
         seconds (dates and times) or their lengths (strings). Sampling, budget and query rules
         as in table_profile; truncated=true when the budget ran out before every part was done."""
         started = time.monotonic()
-        target, _, schema, shape, known = self._shape(args, "column_profile")
+        target, _, schema, shape, known = self._shape(args, "column_profile", ctx.caller)
         require_column(known["raw_columns"], target.target_id, schema, args.table, args.column)
         column = next(c for c in shape.columns if c.name == args.column)
         profiler = self._profiler(ctx, target, shape, "column_profile")

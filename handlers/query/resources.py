@@ -63,12 +63,14 @@ class QueryResources:
         self.sql = sql
         self.readers = CatalogReaders(pools)
         self.in_thread = in_thread
-        self._listed: tuple[tuple[int, int], float, tuple[list[dict[str, Any]], bool]] | None = None
+        self._listed: tuple[tuple[Any, ...], float, tuple[list[dict[str, Any]], bool]] | None = None
 
     async def listing(self, ctx: CallContext, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """Every page of one listing is cut from the same walk: kept LISTING_TTL_S per runtime
         (a LOAD of rules or profiles makes a new one) instead of walking every catalog per page."""
-        key = (ctx.runtime.version, limit)
+        caller = ctx.caller  # a per-user account may see other tables (mcp_identity_profiles)
+        who = (caller.subject, tuple(sorted(caller.claims.items()))) if caller.admitted == "oauth" else None
+        key = (ctx.runtime.version, limit, who)
         cached = self._listed
         if cached is not None and cached[0] == key and time.monotonic() - cached[1] < LISTING_TTL_S:
             return cached[2]
@@ -97,7 +99,7 @@ class QueryResources:
             if not target.allow_discovery:
                 continue
             try:
-                with self.readers.open(target.target_id, "resources/list") as (target, catalog):
+                with self.readers.open(target.target_id, "resources/list", ctx.caller) as (target, catalog):
                     for schema in catalog.schemas("", MAX_SCHEMAS):
                         ctx.check_deadline()
                         if len(found) >= limit:
@@ -133,7 +135,7 @@ class QueryResources:
             "capabilities": target.capabilities, "schemas": [], "truncated": False,
         }  # fmt: skip
         if target.allow_discovery:
-            with self.readers.open(target.target_id, "resources/read") as (target, catalog):
+            with self.readers.open(target.target_id, "resources/read", ctx.caller) as (target, catalog):
                 schemas = catalog.schemas("", MAX_SCHEMAS + 1)
             out["schemas"] = [
                 {"schema": s, "uri": SCHEMA.expand(target_id=target.target_id, schema=s)} for s in schemas[:MAX_SCHEMAS]
@@ -143,7 +145,7 @@ class QueryResources:
 
     def _schema(self, ctx: CallContext, target_id: str, schema: str) -> dict[str, Any]:
         self._resolve(target_id)
-        with self.readers.open(target_id, "resources/read") as (target, catalog):
+        with self.readers.open(target_id, "resources/read", ctx.caller) as (target, catalog):
             require_schema(catalog, target.target_id, schema)
             tables, _hidden = visible_tables(self.sql, ctx, target, catalog, schema, MAX_TABLES + 1)
         listed = [
@@ -153,7 +155,7 @@ class QueryResources:
 
     def _table(self, ctx: CallContext, target_id: str, schema: str, table: str) -> dict[str, Any]:
         self._resolve(target_id)
-        with self.readers.open(target_id, "resources/read") as (target, catalog):
+        with self.readers.open(target_id, "resources/read", ctx.caller) as (target, catalog):
             kind = require_visible(self.sql, ctx, target, catalog, schema, table)
             columns = catalog.columns(schema, table)
             constraints = catalog.constraints(schema, table)

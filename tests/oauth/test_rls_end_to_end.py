@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from server_process import GatewayProcess, call_tool, rpc_body, start_gateway
 
@@ -131,6 +132,20 @@ def test_interleaved_calls_never_leak(gateway: GatewayProcess, provider: OidcPro
                 break
             assert time.monotonic() < deadline, rows
             time.sleep(0.5)
+        # the digest reset zeroes the callers with the digests (admin SQL's _reset twin, then show_queries reset=true)
+        _admin(gateway, http, "SELECT COUNT(*) FROM stats_mcp_query_digest_reset")
+        left = _admin(gateway, http, "SELECT COUNT(*) FROM stats_mcp_query_digest_callers")["rows"]
+        assert left == [[0]], left
+        _run(http, tokens["alice"])
+        call_tool(http, gateway, "stats", "show_queries", {})  # flushes this worker's digests
+        while not _admin(gateway, http, "SELECT COUNT(*) FROM stats_mcp_query_digest_callers")["rows"][0][0]:
+            assert time.monotonic() < deadline + 10
+            _run(http, tokens["alice"])
+            call_tool(http, gateway, "stats", "show_queries", {})
+            time.sleep(0.2)
+        assert call_tool(http, gateway, "stats", "show_queries", {"reset": True})["isError"] is False
+        left = _admin(gateway, http, "SELECT COUNT(*) FROM stats_mcp_query_digest_callers")["rows"]
+        assert left == [[0]], left
 
 
 def test_the_cache_is_keyed_by_identity(gateway: GatewayProcess, provider: OidcProvider) -> None:
@@ -165,3 +180,35 @@ def test_a_claim_picks_the_database_account(gateway: GatewayProcess, provider: O
         assert _owners(_run(http, bob)) == {"bob"}  # what his grants allow still works, under RLS
         static = _call(http, gateway.tokens["query"], "SELECT count(*) FROM salaries")
         assert static["isError"] is False  # a static token: the target's own account
+
+
+def test_catalog_tools_read_as_the_callers_account(gateway: GatewayProcess, provider: OidcProvider, rls_db: dict) -> None:
+    """The catalog tools borrow the same per-user account: a schema the interns' role may not
+    use (no USAGE) is not listed for bob, and is for alice (the target's account)."""
+    settings = {k: v for k, v in rls_db.items() if k not in ("role", "intern_role", "password")}
+    with psycopg.connect(**settings, autocommit=True) as pg:
+        pg.execute("CREATE SCHEMA IF NOT EXISTS ledger")
+        pg.execute("CREATE TABLE IF NOT EXISTS ledger.entries (n int)")
+        pg.execute(f"GRANT USAGE ON SCHEMA ledger TO {rls_db['role']}")
+    try:
+        _catalog_as_callers(gateway, provider)
+    finally:
+        with psycopg.connect(**settings, autocommit=True) as pg:
+            pg.execute("DROP SCHEMA ledger CASCADE")
+
+
+def _catalog_as_callers(gateway: GatewayProcess, provider: OidcProvider) -> None:
+    alice = provider.token("alice", gateway.url("query"), "mcp:query")
+    bob = provider.token("bob", gateway.url("query"), "mcp:query")
+    with gateway.client() as http:
+
+        def schemas(token: str) -> list[str]:
+            result = call_tool(http, gateway, "query", "list_schemas", {"target_id": TARGET}, token=token)
+            assert result["isError"] is False, result
+            return result["structuredContent"]["schemas"]
+
+        assert "ledger" in schemas(alice) and "public" in schemas(alice)
+        assert "ledger" not in schemas(bob) and "public" in schemas(bob)
+        assert "ledger" in schemas(gateway.tokens["query"])  # a static token: the target's own account
+        shown = call_tool(http, gateway, "query", "describe_table", {"target_id": TARGET, "table": "notes"}, token=bob)
+        assert shown["isError"] is False, shown  # what his grants show is described
