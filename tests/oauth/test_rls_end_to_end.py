@@ -70,7 +70,9 @@ def gateway(provider: OidcProvider, rls_db: dict[str, Any]) -> Iterator[GatewayP
 
 
 def _call(http: httpx.Client, token: str, sql: str, cache: str = "bypass") -> dict[str, Any]:
-    body = rpc_body("tools/call", {"name": "run_sql_readonly", "arguments": {"sql": sql, "target_id": TARGET, "cache": cache}})
+    body = rpc_body(
+        "tools/call", {"name": "run_sql_readonly", "arguments": {"sql": sql, "target_id": TARGET, "cache": cache, "stats": True}}
+    )
     headers = {"Authorization": f"Bearer {token}", "MCP-Protocol-Version": "2025-06-18"}
     answer = http.post("/mcp/query", json=body, headers=headers)
     assert answer.status_code == 200, answer.text
