@@ -215,8 +215,9 @@ def _answers(response: Any) -> list[Any]:
     return body if isinstance(body, list) else [body]
 
 
-def serve_stdio(endpoint: str, data_dir: Path, *, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
+def serve_stdio(endpoint: str, data_dir: Path, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """Bridge stdin/stdout to /mcp/<endpoint> until stdin closes; returns the exit code."""
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout  # the streams of the call, not of the import
     own = None
     state = _gateway_state(data_dir)
     if state is None:

@@ -159,6 +159,7 @@ def test_values_come_back_json_safe_and_typed(env: dict) -> None:
         "run_sql_readonly",
         target_id="duck",
         sql="SELECT id, name, price, created, data, tags, note FROM items WHERE id = 2",
+        stats=True,
     )
     assert out["rows"] == [[2, "item 2", "2.50", "2024-01-03", {"$bytes_b64": "Av8="}, ["a", "2"], None]]
     types = {c["name"]: c["type"] for c in out["columns"]}
@@ -178,7 +179,9 @@ def test_row_and_byte_caps(env: dict) -> None:
     store.load_to_runtime("MCP VARIABLES")
     reload(store, handler)
     try:
-        out = ok(handler, "run_sql_readonly", target_id="duck", sql="SELECT id, name, data, tags FROM items ORDER BY id")
+        out = ok(
+            handler, "run_sql_readonly", target_id="duck", sql="SELECT id, name, data, tags FROM items ORDER BY id", stats=True
+        )
     finally:
         store.set_variable("mcp-query_max_response_bytes", "1000000")
         store.load_to_runtime("MCP VARIABLES")
@@ -364,11 +367,11 @@ def test_query_rules_apply_to_duckdb(env: dict) -> None:
 def test_results_are_cached_and_digested(env: dict) -> None:
     handler = env["handler"]
     sql = "SELECT item_id, sum(qty) FROM orders GROUP BY item_id ORDER BY item_id LIMIT 3"
-    first = ok(handler, "run_sql_readonly", target_id="duck_cached", sql=sql)
-    second = ok(handler, "run_sql_readonly", target_id="duck_cached", sql=sql)
+    first = ok(handler, "run_sql_readonly", target_id="duck_cached", sql=sql, stats=True)
+    second = ok(handler, "run_sql_readonly", target_id="duck_cached", sql=sql, stats=True)
     assert first["stats"]["cache"] == "miss" and second["stats"]["cache"] == "hit"
     assert first["rows"] == second["rows"] and first["stats"]["digest"] == second["stats"]["digest"]
-    assert ok(handler, "run_sql_readonly", target_id="duck", sql=sql)["stats"]["cache"] == "off"
+    assert ok(handler, "run_sql_readonly", target_id="duck", sql=sql, stats=True)["stats"]["cache"] == "off"
     sql_path = handler.services.sql
     sql_path.digests.flush(env["store"])
     found = (

@@ -49,8 +49,9 @@ def add_query_commands(commands: argparse._SubParsersAction, *, open_store: Call
 
 
 def run_discover(
-    store: ConfigStore, target_id: str, schema_filter: str, notes: str, *, progress: bool = True, out: TextIO = sys.stdout
+    store: ConfigStore, target_id: str, schema_filter: str, notes: str, *, progress: bool = True, out: TextIO | None = None
 ) -> int:
+    out = out or sys.stdout  # read at the call: a default bound at import keeps whatever stdout was then
     runtime = store.read_runtime()
     pools = TargetPools(runtime)
     catalog = CatalogStore(store.data_dir / "catalog.db")
