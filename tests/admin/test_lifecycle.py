@@ -96,9 +96,11 @@ def test_admin_lifecycle_through_the_sdk(pg_items: dict) -> None:
                 )
                 assert rows["rows"] == [[5]]
         print(f"load_to_runtime answered in {seen['load_s']:.3f} s with {WORKERS} workers serving")
-        with gateway.client() as http:  # those statements filled the read-only checker's caches of both workers
+        with gateway.client() as http:  # those statements filled the read-only checker's cache of the workers that took them
             flushed = ok(http, gateway, "admin", "admin_flush_cache", {"cache_type": "readonly_shapes"})
-            assert flushed["workers_flushed"] == flushed["workers"] == WORKERS and flushed["flushed"]["readonly_shapes"] >= 2
+            # Every worker flushed; how many entries there were depends on how the kernel spread the
+            # 12 connections (on a quiet machine one worker may accept them all).
+            assert flushed["workers_flushed"] == flushed["workers"] == WORKERS and flushed["flushed"]["readonly_shapes"] >= 1
 
         async def invalid_edits() -> None:
             async with sdk(gateway, "admin") as admin:

@@ -98,6 +98,8 @@ class RagIndex:
             # 8 KiB pages before anything is written (WAL fixes the page size): a 1.5 KB vector
             # row fits 5 to a page instead of 2, 2,053 -> 1,641 bytes per row (bench/README.md).
             fresh = apsw.Connection(str(path))
+            # Workers start together: another may be creating the same file (wait, not BusyError).
+            fresh.set_busy_timeout(sqlite.BUSY_TIMEOUT_MS)
             fresh.execute("PRAGMA page_size = 8192; VACUUM")
             fresh.close()
         conn = sqlite.connect(path, vec=False)
