@@ -338,16 +338,8 @@ class ReadOnlySql:
                         if getattr(engine, "local_settings", False):
                             settings = {**(settings or {}), "application_name": callers.label_for(caller.subject)}
                         result = _execute(engine, conn, text, settings, stats, prepared.schema, bound)
-                elif settings and getattr(engine, "local_settings", False):
-                    result = engine.execute_with_settings(  # type: ignore[attr-defined]
-                        conn, text, settings, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
-                        max_bytes=stats["max_bytes"], schema=prepared.schema, **bound,
-                    )  # fmt: skip
                 else:
-                    result = engine.execute(
-                        conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
-                        max_bytes=stats["max_bytes"], schema=prepared.schema, **bound,
-                    )  # fmt: skip
+                    result = _execute(engine, conn, text, settings, stats, prepared.schema, bound)
             finally:
                 elapsed_us = (time.perf_counter() - db_started) * 1e6
                 stats["digest"] = self._record(prepared, elapsed_us)
