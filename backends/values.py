@@ -2,7 +2,8 @@
 
     None, bool, int, str        as is (integers of any size stay JSON numbers)
     float                       as is; NaN and +/-Infinity become the strings "NaN", "Infinity", "-Infinity"
-    Decimal                     a string with every digit ("12.50"): a JSON number would round it
+    Decimal                     a string with every digit, never an exponent ("12.50", "0.0000000001"):
+                                a JSON number would round it
     date, datetime, time        ISO 8601 strings ("2024-05-01", "2024-05-01T10:00:00+00:00")
     timedelta (MySQL TIME)      {"$interval_s": 3600.5}
     bytes, bytearray, memoryview {"$bytes_b64": "<base64>"}
@@ -33,7 +34,7 @@ def json_safe(value: Any) -> Any:
             return value
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, decimal.Decimal):
-        return str(value)
+        return decimal_text(value)
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
@@ -47,13 +48,20 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
+def decimal_text(value: decimal.Decimal) -> str:
+    """Positional notation, as the database wrote it (str() alone gives "-1E-10" for a small
+    DECIMAL, which MySQL and PostgreSQL write as -0.0000000001); str() first, as it is 3x faster."""
+    text = str(value)
+    return text if "E" not in text else format(value, "f")
+
+
 # Types that are their own JSON (a row of them needs no call per value: most rows are).
 _AS_IS = frozenset({str, int, bool, type(None)})
 
 
 # The commonest others by exact type, encoded as json_safe would (anything else goes through it).
 _BY_TYPE = {
-    decimal.Decimal: str,
+    decimal.Decimal: decimal_text,
     datetime.date: datetime.date.isoformat,
     datetime.datetime: datetime.datetime.isoformat,
     datetime.time: datetime.time.isoformat,

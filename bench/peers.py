@@ -3,6 +3,7 @@ and DBHub (Node), both installed from npm at pinned versions into bench/out/peer
 
     python bench/peers.py --json bench/out/peers.json [--rounds 3] [--calls 200]
         [--baseline-tree /tmp/base]    # also a gateway running another checkout, same rounds
+        [--floor]                     # also bench/python_floor.py: the least a Python server does
 
 One MariaDB and one PostgreSQL database with a ROWS-row table `items` (id, name, email, amount
 DECIMAL, created DATE), read by a read-only account made for this run (SELECT only) that every
@@ -261,6 +262,21 @@ def start_toolbox(tmp: Path, name: str, password: str) -> Server:
     return Server("toolbox", process, Endpoint(port=port, path="/mcp", token="", ca_path=""), tools)
 
 
+def start_python_floor(tmp: Path, name: str, password: str) -> Server:
+    tmp.mkdir()
+    port = free_port()
+    log = tmp / "floor.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "bench" / "python_floor.py"), "--port", str(port), "--database", name,
+             "--user", name, "--password", password],
+            cwd=tmp, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    wait_port(port, process, log)
+    tools = {engine: ("sql", {"target_id": engine}) for engine in ENGINES}
+    return Server("python_floor", process, Endpoint(port=port, path="/mcp", token="", ca_path=""), tools)
+
+
 def start_dbhub(tmp: Path, name: str, password: str) -> Server:
     tmp.mkdir()
     config = tmp / "dbhub.toml"
@@ -440,6 +456,9 @@ def measure(args: argparse.Namespace, servers: dict[str, Server], name: str, pas
                     if "toolbox" in c16 else None,
                     "cpu_per_call_to_dbhub": round(c16[label]["server_cpu_ms_per_call"] / c16["dbhub"]["server_cpu_ms_per_call"], 2)
                     if "dbhub" in c16 else None,
+                    "cpu_per_call_to_python_floor": round(
+                        c16[label]["server_cpu_ms_per_call"] / c16["python_floor"]["server_cpu_ms_per_call"], 2
+                    ) if "python_floor" in c16 else None,
                 }
                 for label in servers
             }  # fmt: skip
@@ -466,6 +485,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--baseline-tree", type=Path, help="also a gateway running this checkout (before/after in one run)")
+    parser.add_argument(
+        "--floor", action="store_true", help="also bench/python_floor.py: HTTP, JSON and the driver in Python, nothing else"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     install_peers()
@@ -480,6 +502,8 @@ def main() -> None:
         servers["gateway"] = start_gateway("gateway", tmp / "gateway", name, password, REPO_ROOT)
         if args.baseline_tree:
             servers["baseline"] = start_gateway("baseline", tmp / "baseline", name, password, args.baseline_tree.resolve())
+        if args.floor:
+            servers["python_floor"] = start_python_floor(tmp / "python_floor", name, password)
         servers["toolbox"] = start_toolbox(tmp / "toolbox", name, password)
         servers["dbhub"] = start_dbhub(tmp / "dbhub", name, password)
         settled_s = settle(servers)

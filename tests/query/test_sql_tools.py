@@ -138,6 +138,17 @@ def test_values_come_back_json_safe_and_typed(sql_env: dict, engine: str) -> Non
     assert out["stats"]["ms"] > 0 and out["stats"]["digest"].startswith("0x")
 
 
+@pytest.mark.parametrize("engine", ["maria", "pg"])
+def test_decimals_keep_every_digit_without_an_exponent(sql_env: dict, engine: str) -> None:
+    out = ok(
+        sql_env["handler"],
+        "run_sql_readonly",
+        target_id=engine,
+        sql="SELECT CAST(-0.0000000001 AS DECIMAL(20,10)), CAST(0 AS DECIMAL(20,10)), CAST(1000 AS DECIMAL(6,0))",
+    )
+    assert out["rows"] == [["-0.0000000001", "0.0000000000", "1000"]]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_row_cap_reports_truncation_by_reading_one_more_row(sql_env: dict, engine: str) -> None:
     handler = sql_env["handler"]
