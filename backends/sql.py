@@ -156,25 +156,17 @@ def _execute(
     schema: str | None,
     bound: dict[str, Any],
 ) -> ResultSet:
-    """The engine's execute, with transaction-local settings where the engine has them."""
-    if settings and getattr(engine, "local_settings", False):
-        return engine.execute_with_settings(
-            conn, text, settings, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
-            max_bytes=stats["max_bytes"], schema=schema, **bound,
-        )  # fmt: skip
+    """The engine's execute under the call's caps, with the caller's transaction-local settings."""
     return engine.execute(
         conn, text, timeout_ms=stats["timeout_ms"], max_rows=stats["max_rows"],
-        max_bytes=stats["max_bytes"], schema=schema, **bound,
+        max_bytes=stats["max_bytes"], schema=schema, settings=settings, **bound,
     )  # fmt: skip
 
 
 def _session_id(engine: Any, conn: Any) -> int | None:
-    """The server's id of a pooled connection (engines that have one: MariaDB/MySQL, PostgreSQL)."""
-    session_id = getattr(engine, "session_id", None)
-    if session_id is None:
-        return None
+    """The server's id of a pooled connection (None for an embedded engine)."""
     try:
-        return session_id(conn)
+        return engine.session_id(conn)
     except Exception:  # a dead connection: the statement will say so
         return None
 
@@ -264,7 +256,7 @@ class ReadOnlySql:
             params=statement.params,
         )  # fmt: skip
         prepared.caller = ctx.caller
-        if getattr(target.engine, "local_settings", False):
+        if target.engine.local_settings:
             prepared.identity = identity_settings(ctx)
         if outcome.ok_msg is not None:
             prepared.message = outcome.ok_msg
@@ -335,7 +327,7 @@ class ReadOnlySql:
                 caller = prepared.caller
                 if caller is not None and caller.admitted == "oauth":  # who is connected (backends/callers.py)
                     with callers.RUNNING.running(target.target_id, _session_id(engine, conn), caller.subject):
-                        if getattr(engine, "local_settings", False):
+                        if engine.local_settings:
                             settings = {**(settings or {}), "application_name": callers.label_for(caller.subject)}
                         result = _execute(engine, conn, text, settings, stats, prepared.schema, bound)
                 else:

@@ -13,9 +13,11 @@ target is `TargetSettings`, which `Target` satisfies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,7 +25,7 @@ from backends.engines.admin import TargetAdmin
 from backends.engines.plans import FullScan
 from backends.engines.profiling import Profiling
 from backends.values import encode_row, row_bytes
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, Unavailable
 
 CANCELLED = "the statement was cancelled on the database server (admin_kill_query or the database's own tools)"
 
@@ -165,6 +167,20 @@ class Catalog(Protocol):
     def constraints(self, schema: str, table: str) -> dict[str, Any]: ...
 
 
+def refuse_settings(settings: Mapping[str, str] | None) -> None:
+    """What an engine without transaction-local settings does when asked for some: refuse, so
+    an identity meant for row-level security is never silently dropped (fails closed)."""
+    if settings:
+        raise Unavailable("this engine has no transaction-local settings; mcp-oauth_db_settings applies to PostgreSQL targets")
+
+
+@contextlib.contextmanager
+def no_settings_scope(conn: Any, settings: Mapping[str, str]) -> Iterator[None]:
+    """`settings_scope` of an engine without local settings: nothing to hold, and any asked is refused."""
+    refuse_settings(settings)
+    yield
+
+
 class Engine(Protocol):
     """One kind of database server, as the gateway uses it. One instance per engine (`ENGINE`)."""
 
@@ -226,10 +242,30 @@ class Engine(Protocol):
         max_bytes: int,
         schema: str | None = None,
         params: Sequence[Any] | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> ResultSet:
         """Run one checked statement read-only, with a server-side timeout and the row/byte caps.
-        `params` are bound by the driver to the statement's placeholders (`placeholder` style)."""
+        `params` are bound by the driver to the statement's placeholders (`placeholder` style).
+        `settings` (custom settings such as app.user_id, the caller's identity for row-level
+        security) hold inside the statement's transaction only, where `local_settings`; an
+        engine without them refuses any (`refuse_settings`)."""
         ...
+
+    # -- transaction-local settings and who is connected (backends/sql.py, backends/callers.py) --
+    local_settings: bool  # execute(settings=...) and settings_scope set them (PostgreSQL)
+
+    def settings_scope(self, conn: Any, settings: Mapping[str, str]) -> AbstractContextManager[None]:
+        """A read-only transaction holding `settings` for reads outside `execute`
+        (rag.fetch_from_source), ended whatever happens; engines without local settings refuse any."""
+        ...
+
+    def session_id(self, conn: Any) -> int | None:
+        """The server's id of a connection (MariaDB PROCESSLIST.ID, PostgreSQL's backend pid), or None."""
+        ...
+
+    # -- similarity over the users' own vector columns (handlers/rag/similarity_tools.py) --
+    vector_search: Any  # its SQL for similarity_search (PostgreSQL + pgvector), or None
+    vector_search_refusal: str  # why similarity_search refuses this engine's targets when vector_search is None
 
     def bound_placeholder(self, position: int) -> str:
         """The driver's placeholder for the bound value at `position` (1-based): %s, $1 or ?."""

@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 
 from backends.engines.admin import TargetAdmin, not_supported
-from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, timed_run
+from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, no_settings_scope, refuse_settings, timed_run
 from backends.engines.catalog import (
     Table,
     empty_constraints,
@@ -642,6 +642,8 @@ class DuckDB:
     dialect = "duckdb"
     readonly = READONLY
     placeholder = "?"
+    vector_search = None
+    vector_search_refusal = "similarity_search needs a PostgreSQL target with pgvector columns"
     errors: tuple[type[Exception], ...] = (duckdb.Error,)
 
     quote = staticmethod(_quote)
@@ -702,10 +704,20 @@ class DuckDB:
         max_bytes: int,
         schema: str | None = None,
         params: Sequence[Any] | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> ResultSet:
+        refuse_settings(settings)
         return timed_run(
             _run_duckdb, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
         )
+
+    local_settings = False
+
+    @staticmethod
+    def session_id(conn: Any) -> int | None:
+        return None  # an embedded database: no server-side session to name
+
+    settings_scope = staticmethod(no_settings_scope)
 
     @staticmethod
     def bound_placeholder(position: int) -> str:

@@ -48,7 +48,17 @@ from backends.engines.admin import (
     opened,
     scrubbed,
 )
-from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
+from backends.engines.base import (
+    CANCELLED,
+    ReadOnlyRules,
+    ResultSet,
+    TargetSettings,
+    collect,
+    json_plan,
+    no_settings_scope,
+    refuse_settings,
+    timed_run,
+)
 from backends.engines.catalog import Table, add_key, empty_constraints, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
 from backends.engines.profiling import Profiling
@@ -877,6 +887,8 @@ class MySQL:
     dialect = "mysql"
     readonly = READONLY
     placeholder = "%s"
+    vector_search = None
+    vector_search_refusal = "similarity_search needs a PostgreSQL target with pgvector columns"
     errors: tuple[type[Exception], ...] = (pymysql.err.Error,)
 
     @staticmethod
@@ -925,10 +937,15 @@ class MySQL:
         max_bytes: int,
         schema: str | None = None,
         params: Sequence[Any] | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> ResultSet:
+        refuse_settings(settings)
         return timed_run(
             _run_mysql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
         )
+
+    local_settings = False
+    settings_scope = staticmethod(no_settings_scope)
 
     @staticmethod
     def bound_placeholder(position: int) -> str:

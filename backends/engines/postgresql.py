@@ -1319,6 +1319,7 @@ class PostgreSQL:
     placeholder = "%s"
     errors: tuple[type[Exception], ...] = (psycopg.Error,)
     vector_search = PgVectorSearch()  # similarity_search over pgvector columns
+    vector_search_refusal = ""
 
     @staticmethod
     def quote(name: str) -> str:
@@ -1368,37 +1369,22 @@ class PostgreSQL:
         max_bytes: int,
         schema: str | None = None,
         params: Sequence[Any] | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> ResultSet:
+        """`settings` (app.user_id...) are set transaction-locally inside the read-only
+        transaction, names and values bound (set_config(..., true)): row-level security policies
+        read them with current_setting(); they end with the transaction, so a pooled session
+        never carries them into the next call (backends/sql.py: the caller's identity)."""
+        run = functools.partial(_run_pgsql, settings=settings) if settings else _run_pgsql
         return timed_run(
-            _run_pgsql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
+            run, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
         )
 
     @staticmethod
     def bound_placeholder(position: int) -> str:
         return f"${position}"
 
-    @staticmethod
-    def execute_with_settings(
-        conn: psycopg.Connection,
-        sql: str,
-        settings: Mapping[str, str],
-        *,
-        timeout_ms: int,
-        max_rows: int,
-        max_bytes: int,
-        schema: str | None = None,
-        params: Sequence[Any] | None = None,
-    ) -> ResultSet:
-        """`execute`, with custom settings (app.user_id...) set transaction-locally inside the
-        read-only transaction, names and values bound (set_config(..., true)): row-level security
-        policies read them with current_setting(); they end with the transaction, so a pooled
-        session never carries them into the next call (backends/sql.py: the caller's identity)."""
-        run = functools.partial(_run_pgsql, settings=settings)
-        return timed_run(
-            run, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
-        )
-
-    local_settings = True  # has execute_with_settings
+    local_settings = True
 
     @staticmethod
     def session_id(conn: psycopg.Connection) -> int | None:

@@ -23,7 +23,7 @@ import sqlglot
 from sqlglot import exp
 
 from backends.engines.admin import TargetAdmin, not_supported
-from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, timed_run
+from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, no_settings_scope, refuse_settings, timed_run
 from backends.engines.catalog import Table, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan
 from backends.engines.profiling import Profiling
@@ -498,6 +498,7 @@ class SQLite:
     readonly = READONLY
     placeholder = "?"
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    vector_search = None
     vector_search_refusal = VECTOR_SEARCH_REFUSAL  # similarity_search (see its section)
 
     quote = staticmethod(_quote)
@@ -553,10 +554,20 @@ class SQLite:
         max_bytes: int,
         schema: str | None = None,
         params: Sequence[Any] | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> ResultSet:
+        refuse_settings(settings)
         return timed_run(
             _run_sqlite, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
         )
+
+    local_settings = False
+
+    @staticmethod
+    def session_id(conn: Any) -> int | None:
+        return None  # an embedded database: no server-side session to name
+
+    settings_scope = staticmethod(no_settings_scope)
 
     @staticmethod
     def bound_placeholder(position: int) -> str:

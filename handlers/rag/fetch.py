@@ -261,9 +261,9 @@ class FetchTools:
                 if missing:
                     raise NotFound(f"the index entry lacks key column(s) {', '.join(missing)}")
                 params = tuple(doc["pk"][k] for k in spec.pk_columns)
-                scope = getattr(target.engine, "settings_scope", None)
+                engine = target.engine
                 # the caller's identity (mcp-oauth_db_settings), for row-level security, as in backends/sql.py
-                with scope(conn, identity) if identity and scope is not None else contextlib.nullcontext():
+                with engine.settings_scope(conn, identity) if identity and engine.local_settings else contextlib.nullcontext():
                     cursor = conn.cursor()
                     try:
                         cursor.execute(cached.sql, params)

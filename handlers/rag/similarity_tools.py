@@ -59,13 +59,9 @@ class SimilarityTools:
         if self._targets is None:
             raise InvalidArgument("no database targets are configured")
         target = self._targets.resolve(target_id)
-        search = getattr(target.engine, "vector_search", None)
+        search = target.engine.vector_search
         if search is None:
-            reason = (
-                getattr(target.engine, "vector_search_refusal", None)
-                or "similarity_search needs a PostgreSQL target with pgvector columns"
-            )
-            raise InvalidArgument(f"target {target.target_id!r} is {target.engine.title}: {reason}")
+            raise InvalidArgument(f"target {target.target_id!r} is {target.engine.title}: {target.engine.vector_search_refusal}")
         return target, search
 
     def _columns(self, ctx: CallContext, target: Any, search: Any, schema: str | None, table: str | None) -> list[dict[str, Any]]:

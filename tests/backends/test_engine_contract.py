@@ -12,6 +12,7 @@ import pytest
 
 from backends.engines import ENGINES
 from backends.engines.base import Engine
+from gateway.errors import Unavailable
 
 ATTRIBUTES = sorted(Engine.__annotations__)
 METHODS = sorted(name for name, member in vars(Engine).items() if callable(member) and not name.startswith("_"))
@@ -33,3 +34,20 @@ def test_engine_has_every_member_of_the_protocol(engine: Engine) -> None:
             f"{type(engine).__name__}.{name} takes {inspect.signature(method)}; Engine.{name} declares "
             f"{inspect.signature(getattr(Engine, name))}"
         )
+
+
+@pytest.mark.parametrize("engine", [e for e in ENGINES.values() if not e.local_settings], ids=lambda e: e.name)
+def test_an_engine_without_local_settings_refuses_them_instead_of_dropping_them(engine: Engine) -> None:
+    # Settings carry a caller's identity to row-level security: silently running without them
+    # would widen what the caller sees. The refusal comes before the connection is touched.
+    with pytest.raises(Unavailable, match="no transaction-local settings"):
+        engine.execute(None, "SELECT 1", timeout_ms=1000, max_rows=1, max_bytes=1000, settings={"app.user_id": "u1"})
+    with pytest.raises(Unavailable, match="no transaction-local settings"), engine.settings_scope(None, {"app.user_id": "u1"}):
+        pass
+    with engine.settings_scope(None, {}):  # none asked: nothing to hold
+        pass
+
+
+def test_similarity_search_is_offered_or_refused_with_a_reason_by_every_engine() -> None:
+    for engine in ENGINES.values():
+        assert (engine.vector_search is None) == bool(engine.vector_search_refusal), engine.name
