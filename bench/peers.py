@@ -4,6 +4,7 @@ and DBHub (Node), both installed from npm at pinned versions into bench/out/peer
     python bench/peers.py --json bench/out/peers.json [--rounds 3] [--calls 200]
         [--baseline-tree /tmp/base]    # also a gateway running another checkout, same rounds
         [--floor]                     # also bench/python_floor.py: the least a Python server does
+        [--plain-http]                # also the gateway without TLS, as the peers are served
 
 One MariaDB and one PostgreSQL database with a ROWS-row table `items` (id, name, email, amount
 DECIMAL, created DATE), read by a read-only account made for this run (SELECT only) that every
@@ -207,7 +208,23 @@ def wait_port(port: int, process: subprocess.Popen, log: Path, timeout_s: float 
     raise RuntimeError(f"not listening on {port}: {log.read_text()[-3000:]}")
 
 
-def start_gateway(label: str, tmp: Path, name: str, password: str, tree: Path) -> Server:
+def wait_healthz(url: str, process: subprocess.Popen, log: Path, timeout_s: float = 90) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"exited {process.returncode}: {log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"not healthy at {url}: {log.read_text()[-3000:]}")
+
+
+def start_gateway(label: str, tmp: Path, name: str, password: str, tree: Path, *, tls: bool = True) -> Server:
     from server_process import GatewayProcess, _wait_healthy, default_tokens, gateway_command
 
     tmp.mkdir()
@@ -215,7 +232,7 @@ def start_gateway(label: str, tmp: Path, name: str, password: str, tree: Path) -
     data_dir.mkdir()
     port = free_port()
     tokens = default_tokens()
-    lines = ["[variables]", f'"mcp-port" = {port}', '"mcp-use_ssl" = true']
+    lines = ["[variables]", f'"mcp-port" = {port}', f'"mcp-use_ssl" = {"true" if tls else "false"}']
     lines += [f'"mcp-{endpoint}_endpoint_auth" = "{token}"' for endpoint, token in tokens.items()]
     lines += ["", "[[mcp_auth_profiles]]", 'auth_profile_id = "ro"', f'db_username = "{name}"', f'db_password = "{password}"']
     for target_id, protocol, db_port in (("maria", "mysql", 3306), ("pg", "pgsql", 5432)):
@@ -229,11 +246,14 @@ def start_gateway(label: str, tmp: Path, name: str, password: str, tree: Path) -
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     gateway = GatewayProcess(
-        base_url=f"https://127.0.0.1:{port}", tokens=tokens, ca_path=data_dir / "tls" / "cert.pem", data_dir=data_dir,
-        config_path=config_path, log_path=log_path, process=process,
+        base_url=f"{'https' if tls else 'http'}://127.0.0.1:{port}", tokens=tokens, ca_path=data_dir / "tls" / "cert.pem",
+        data_dir=data_dir, config_path=config_path, log_path=log_path, process=process,
     )  # fmt: skip
-    _wait_healthy(gateway, 90)
-    endpoint = Endpoint(port=port, path="/mcp/query", token=tokens["query"], ca_path=str(gateway.ca_path))
+    if tls:
+        _wait_healthy(gateway, 90)
+    else:  # plain HTTP, as the peers are served (behind a proxy that ends TLS)
+        wait_healthz(f"http://127.0.0.1:{port}/healthz", process, log_path)
+    endpoint = Endpoint(port=port, path="/mcp/query", token=tokens["query"], ca_path=str(gateway.ca_path) if tls else "")
     tools = {engine: ("run_sql_readonly", {"target_id": engine}) for engine in ENGINES}
     return Server(label, process, endpoint, tools)
 
@@ -486,6 +506,9 @@ def main() -> None:
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--baseline-tree", type=Path, help="also a gateway running this checkout (before/after in one run)")
     parser.add_argument(
+        "--plain-http", action="store_true", help="also the gateway over plain HTTP, as Toolbox and DBHub are served here"
+    )
+    parser.add_argument(
         "--floor", action="store_true", help="also bench/python_floor.py: HTTP, JSON and the driver in Python, nothing else"
     )
     parser.add_argument("--json", type=Path)
@@ -502,6 +525,8 @@ def main() -> None:
         servers["gateway"] = start_gateway("gateway", tmp / "gateway", name, password, REPO_ROOT)
         if args.baseline_tree:
             servers["baseline"] = start_gateway("baseline", tmp / "baseline", name, password, args.baseline_tree.resolve())
+        if args.plain_http:
+            servers["gateway_http"] = start_gateway("gateway_http", tmp / "gateway_http", name, password, REPO_ROOT, tls=False)
         if args.floor:
             servers["python_floor"] = start_python_floor(tmp / "python_floor", name, password)
         servers["toolbox"] = start_toolbox(tmp / "toolbox", name, password)
