@@ -37,6 +37,7 @@ import os
 import re
 import select
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +46,7 @@ from psycopg import adapt as pgadapt
 from psycopg import sql as pgsql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from psycopg.types.string import TextLoader
 
 from backends.engines.admin import (
     CONNECT_TIMEOUT_S,
@@ -224,7 +226,8 @@ def connect_kwargs(target: TargetSettings, *, connect_timeout_s: float) -> dict[
         "sslmode": (target.ssl_mode or "require") if target.use_ssl else "disable",
         "connect_timeout": max(2, math.ceil(connect_timeout_s)),  # libpq's minimum is 2 s
         "application_name": "mcp-gateway",
-        "options": f"-c statement_timeout={target.timeout_ms} -c default_transaction_read_only=on",
+        # DateStyle ISO: a date's text is what backends/values.py writes (_WireTextContext reads it as is).
+        "options": f"-c statement_timeout={target.timeout_ms} -c default_transaction_read_only=on -c DateStyle=ISO",
         # A peer that vanished without a reset (network partition) is noticed in about a minute
         # instead of the kernel's two hours, so a health check cannot hang on it for long.
         "keepalives": 1,
@@ -441,12 +444,37 @@ class _PgWire:
             raise psycopg.OperationalError("the pipeline ended out of step")
 
 
+class _WireTextContext:
+    """The adapters a read-only result is loaded with: the connection's own, except that numeric
+    and date stay the text the server sent. That text is already what backends/values.py would
+    make of the parsed value (a Decimal's digits, an ISO date under the session's DateStyle=ISO),
+    so parsing it only to write it back cost ~1 us a row; and 'infinity' or a BC date, which
+    psycopg cannot load into a Python date, no longer fails the whole statement.
+    tests/backends/test_pg_values.py holds the values equal on edge cases. One per connection."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.connection = conn
+        self.adapters = pgadapt.AdaptersMap(conn.adapters)
+        for name in ("numeric", "date"):
+            self.adapters.register_loader(name, TextLoader)
+
+
+_WIRE_TEXT: weakref.WeakKeyDictionary[psycopg.Connection, _WireTextContext] = weakref.WeakKeyDictionary()
+
+
+def _wire_text_context(conn: psycopg.Connection) -> _WireTextContext:
+    context = _WIRE_TEXT.get(conn)
+    if context is None:
+        context = _WIRE_TEXT[conn] = _WireTextContext(conn)
+    return context
+
+
 class _PgRows:
     """The statement's rows, from results of one row (or a few: chunked), loaded as psycopg would."""
 
     def __init__(self, conn: psycopg.Connection, wire: _PgWire) -> None:
         self.wire = wire
-        self.tx = psycopg.adapt.Transformer.from_context(conn)
+        self.tx = pgadapt.Transformer.from_context(_wire_text_context(conn))
         self.described: psycopg.pq.abc.PGresult | None = None  # first row, or the final TUPLES_OK
         self.failed: psycopg.pq.abc.PGresult | None = None
         self.load_error: Exception | None = None  # a value psycopg could not load
