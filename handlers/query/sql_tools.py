@@ -23,7 +23,7 @@ from backends.readonly import parse_fragment, table_ref
 from backends.sql import ReadOnlySql, Statement
 from backends.targets import Target
 from gateway.errors import InvalidArgument
-from gateway.tools import CallContext, ToolInput, ToolOutput, tool
+from gateway.tools import CallContext, Shaped, ToolInput, ToolOutput, tool
 
 MAX_SQL_CHARS = 65_536
 
@@ -51,6 +51,25 @@ def _answer(model: SqlResult, args: Any) -> SqlResult:
     if not args.stats:
         model.stats = None
     return model
+
+
+def _shaped(answer: dict[str, Any], args: Any) -> Shaped[SqlResult]:
+    """A result set from ReadOnlySql.run as SqlResult's JSON, built directly: every value in it is
+    JSON already (backends/values.py encoded the rows). Stats only with stats=true."""
+    out: Shaped[SqlResult] = Shaped(
+        target_id=answer["target_id"],
+        columns=answer["columns"],
+        rows=answer["rows"],
+        row_count=answer["row_count"],
+        truncated=answer["truncated"],
+    )
+    for key in ("truncated_reason", "message"):
+        if answer.get(key) is not None:
+            out[key] = answer[key]
+    if args.stats:
+        stats = SqlStats.model_validate(answer["stats"])
+        out["stats"] = stats.__pydantic_serializer__.to_python(stats, mode="json", by_alias=True)
+    return out
 
 
 class Column(ToolOutput):
@@ -210,7 +229,7 @@ class SqlTools:
 
     # -- tools -------------------------------------------------------------------------------
     @tool("run_sql_readonly", title="Run read-only SQL", read_only=True, idempotent=True)
-    async def run_sql_readonly(self, args: RunSqlIn, ctx: CallContext) -> SqlResult:
+    async def run_sql_readonly(self, args: RunSqlIn, ctx: CallContext) -> Shaped[SqlResult]:
         """Run one read-only SQL statement (SELECT, WITH ... SELECT, SHOW, DESCRIBE or plain EXPLAIN) on a target.
 
         Writes, locking reads (FOR UPDATE), INTO OUTFILE, several statements, and file, sleep,
@@ -227,11 +246,9 @@ class SqlTools:
             sql=args.sql, target_id=args.target_id, schema=args.schema_, max_rows=args.max_rows, timeout_ms=timeout_ms,
             tool_name="run_sql_readonly", cache=args.cache,
         )  # fmt: skip
-        return _answer(
-            SqlResult.model_validate(
-                await self._run_cached(
-                    ctx, target_id=args.target_id, size=len(args.sql), cache=args.cache, statement=lambda: statement
-                )
+        return _shaped(
+            await self._run_cached(
+                ctx, target_id=args.target_id, size=len(args.sql), cache=args.cache, statement=lambda: statement
             ),
             args,
         )
@@ -259,7 +276,7 @@ class SqlTools:
         return _answer(ExplainResult.model_validate({**out, "analyze": args.analyze, "plan": target.engine.plan_of(out)}), args)
 
     @tool("sample_rows", title="Sample rows of a table", read_only=True, idempotent=True)
-    async def sample_rows(self, args: SampleRowsIn, ctx: CallContext) -> SqlResult:
+    async def sample_rows(self, args: SampleRowsIn, ctx: CallContext) -> Shaped[SqlResult]:
         """Return up to `limit` rows of a table, optionally only some columns, filtered by `where` and sorted by `order_by`.
 
         The table and schema are identifiers (quoted for you, any name works); columns, where
@@ -284,15 +301,12 @@ class SqlTools:
             )
 
         size = len(args.table) + sum(map(len, args.columns or ())) + len(args.where or "") + len(args.order_by or "")
-        return _answer(
-            SqlResult.model_validate(
-                await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
-            ),
-            args,
+        return _shaped(
+            await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement), args
         )
 
     @tool("sample_distinct", title="Distinct values of a column", read_only=True, idempotent=True)
-    async def sample_distinct(self, args: SampleDistinctIn, ctx: CallContext) -> SqlResult:
+    async def sample_distinct(self, args: SampleDistinctIn, ctx: CallContext) -> Shaped[SqlResult]:
         """Return the distinct values of a column (or expression) with their counts, the most frequent first.
 
         Columns of the result: value, count. `where` filters rows first. Parsed, rebuilt and
@@ -319,9 +333,6 @@ class SqlTools:
             )
 
         size = len(args.table) + len(args.column) + len(args.where or "")
-        return _answer(
-            SqlResult.model_validate(
-                await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement)
-            ),
-            args,
+        return _shaped(
+            await self._run_cached(ctx, target_id=args.target_id, size=size, cache=args.cache, statement=statement), args
         )

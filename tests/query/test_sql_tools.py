@@ -18,6 +18,7 @@ from backends.declarations import BACKEND_CONFIG_MODULES, BACKEND_VARIABLES
 from gateway.store import ConfigStore
 from gateway.variables import all_variables
 from handlers.query import QueryHandler
+from handlers.query.sql_tools import SqlResult
 from tests.query import add_auth, add_target, error, make_services, ok, reload
 
 Handler = QueryHandler
@@ -136,6 +137,30 @@ def test_values_come_back_json_safe_and_typed(sql_env: dict, engine: str) -> Non
     assert types["price"] == {"maria": "newdecimal", "pg": "numeric", "lite": "real"}[engine]
     assert out["row_count"] == 1 and out["truncated"] is False and "truncated_reason" not in out
     assert out["stats"]["ms"] > 0 and out["stats"]["digest"].startswith("0x")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sql_answers_are_their_output_models_own_json(sql_env: dict, engine: str) -> None:
+    """run_sql_readonly, sample_rows and sample_distinct build their answer's JSON directly
+    (gateway.tools.Shaped): it must be exactly what validating it into the model and
+    serialising it back gives, whatever the result (rows, none, truncated, stats asked)."""
+    handler = sql_env["handler"]
+    answers = [
+        ok(
+            handler,
+            "run_sql_readonly",
+            target_id=engine,
+            sql="SELECT id, name, price, created, data, note FROM items ORDER BY id",
+        ),
+        ok(handler, "run_sql_readonly", target_id=engine, sql="SELECT id FROM items ORDER BY id", max_rows=3, stats=True),
+        ok(handler, "run_sql_readonly", target_id=engine, sql="SELECT id FROM items WHERE id < 0"),
+        ok(handler, "sample_rows", target_id=engine, table="items", limit=2, stats=True),
+        ok(handler, "sample_distinct", target_id=engine, table="items", column="name", limit=2),
+    ]
+    for answer in answers:
+        model = SqlResult.model_validate(answer)
+        assert model.__pydantic_serializer__.to_python(model, mode="json", by_alias=True) == answer
+    assert answers[1]["truncated"] is True and answers[1]["stats"]["max_rows"] == 3 and "stats" not in answers[0]
 
 
 @pytest.mark.parametrize("engine", ["maria", "pg"])
