@@ -91,6 +91,12 @@ class ToolSpec:
     input_schema: dict[str, Any] = field(default_factory=dict)
     output_schema: dict[str, Any] = field(default_factory=dict)
     group: type | None = None  # the tool group class that declares it; None: the handler itself
+    # Whether the arguments carry `format` (the text block's, gateway/rendering.py): known once
+    # here, since getattr on a pydantic model lacking the field raises and catches, ~3 us a call.
+    takes_format: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "takes_format", "format" in self.input_model.model_fields)
 
     @property
     def portable_name(self) -> str:
@@ -433,7 +439,7 @@ class ToolHandler:
             if isinstance(output, dict):
                 output = spec.output_model.model_validate(output)
             payload = output.__pydantic_serializer__.to_python(output, mode="json", by_alias=True)  # model_dump
-        text_format = getattr(args, "format", None) or ctx.runtime.variables.get("mcp-text_format")
+        text_format = (spec.takes_format and args.format) or ctx.runtime.variables.get("mcp-text_format")
         return tool_result(payload, text_format=text_format, protocol_version=ctx.protocol_version)
 
 

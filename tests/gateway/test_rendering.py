@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import orjson
 
-from gateway.rendering import compact_text, text_of
+from gateway.rendering import cell, compact_text, text_of
 
 RESULT = {
     "target_id": "t",
@@ -45,6 +47,27 @@ def test_a_value_cannot_forge_a_row_or_a_footer() -> None:
 def test_listing_one_line_per_object_and_fields() -> None:
     text = compact_text({"targets": [{"target_id": "a", "engine": "mysql"}, {"target_id": "b", "engine": "pgsql"}], "n": 2})
     assert text.split("\n") == ["targets: 2", "target_id\tengine", "a\tmysql", "b\tpgsql", "n: 2"]
+
+
+def test_escapes_each_special_character_once_in_any_order() -> None:
+    table = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})  # the rule, one character at a time
+    for size in range(1, 5):
+        for chars in itertools.product("\\\t\n\rat", repeat=size):
+            text = "".join(chars)
+            assert cell(text) == text.translate(table)
+            assert cell({"k": text}) == orjson.dumps({"k": text}).decode().translate(table)
+    assert cell(1.5) == "1.5" and cell(10**20) == str(10**20) and cell(False) == "false"
+
+
+def test_listing_header_keys_in_order_of_first_appearance() -> None:
+    items = [{"a": 1, "b": 0.5}, {"b": 2.0, "c": "x\ty"}, {"d": {"n": "\\"}, "a": 3}]
+    assert compact_text({"items": items}).split("\n") == [
+        "items: 3",
+        "a\tb\tc\td",
+        "1\t0.5\tNULL\tNULL",
+        "NULL\t2.0\tx\\ty\tNULL",
+        '3\tNULL\tNULL\t{"n":"\\\\\\\\"}',
+    ]
 
 
 def test_json_when_asked_when_old_era_and_for_errors() -> None:
