@@ -22,18 +22,16 @@ Execution:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
 import re
 import ssl
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pymysql
-import pymysql.cursors
-from pymysql.constants import CLIENT, FIELD_TYPE, SERVER_STATUS
-
+from backends.drivers import LazyDriver, driver_loaded
 from backends.engines.admin import (
     CONNECT_TIMEOUT_S,
     PROCESS_NEEDS,
@@ -46,7 +44,15 @@ from backends.engines.admin import (
     opened,
     scrubbed,
 )
-from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
+from backends.engines.base import (
+    CANCELLED,
+    ReadOnlyRules,
+    ResultSet,
+    TargetSettings,
+    collect,
+    json_plan,
+    timed_run,
+)
 from backends.engines.catalog import Table, add_key, empty_constraints, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
 from backends.engines.profiling import Profiling
@@ -61,6 +67,16 @@ from gateway.errors import (
     Unavailable,
 )
 
+if TYPE_CHECKING:
+    import pymysql
+    import pymysql.cursors
+    from pymysql.constants import CLIENT, FIELD_TYPE, SERVER_STATUS
+else:  # imported by the first MySQL/MariaDB target (backends/drivers.py)
+    pymysql = LazyDriver("pymysql")
+    CLIENT = LazyDriver("pymysql.constants.CLIENT")
+    FIELD_TYPE = LazyDriver("pymysql.constants.FIELD_TYPE")
+    SERVER_STATUS = LazyDriver("pymysql.constants.SERVER_STATUS")
+
 # A key's kind from key_column_usage alone (MariaDB shows table_constraints to no account with
 # SELECT only): PRIMARY is the primary key's name, a foreign key references a table, the rest are unique.
 KEY_KIND = (
@@ -69,7 +85,15 @@ KEY_KIND = (
 )
 SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
 KINDS = {"BASE TABLE": "table", "VIEW": "view", "SYSTEM VIEW": "view", "SEQUENCE": "sequence"}
-_TYPES = {v: k.lower() for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
+
+
+@functools.cache
+def _types() -> dict[int, str]:
+    """pymysql's type codes by name (built at the first result, when pymysql is loaded)."""
+    from pymysql.constants import FIELD_TYPE as field_types
+
+    return {v: k.lower() for k, v in vars(field_types).items() if k.isupper() and isinstance(v, int)}
+
 
 # -- the read-only check's part (backends/readonly.py) ------------------------------------------
 
@@ -305,7 +329,7 @@ def _run_mysql(
         cur.execute(sql, None if params is None else tuple(params))
         if cur.description is None:
             return [], [], None, 2
-        columns = [{"name": d[0], "type": _TYPES.get(d[1], str(d[1]))} for d in cur.description]
+        columns = [{"name": d[0], "type": _types().get(d[1], str(d[1]))} for d in cur.description]
         rows, reason, size = collect(cur, max_rows=max_rows, max_bytes=max_bytes)
         return columns, rows, reason, size
     except pymysql.err.MySQLError as exc:
@@ -847,7 +871,10 @@ class MySQL:
     dialect = "mysql"
     readonly = READONLY
     placeholder = "%s"
-    errors: tuple[type[Exception], ...] = (pymysql.err.Error,)
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        return (pymysql.err.Error,) if driver_loaded("pymysql") else ()
 
     @staticmethod
     def quote(name: str) -> str:
