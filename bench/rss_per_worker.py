@@ -2,7 +2,9 @@
 
 Each configuration runs a real `mcp-gateway serve --workers N` (tests/server_process.py), warms
 it with a few calls (20 rag.search_hybrid, 20 get_config), then reads VmRSS and VmHWM of the
-parent and of each worker from /proc. Configurations:
+parent and of each worker from /proc, and the summed RSS and PSS of every process of the
+instance's session (`total_*`: with the fork server and resource tracker; `served_*`: the
+supervisor and workers only). Configurations:
 
   hash        rag-embedding_provider=hash: no embedding model loaded (what a gateway costs)
   local       the local all-MiniLM-L6-v2 model (the default), empty index
@@ -53,6 +55,26 @@ def proc_memory(pid: int) -> dict[str, float]:
     return fields
 
 
+def session_pids(leader: int) -> set[int]:
+    """Every live process of the session `leader` leads (start_gateway starts a new session)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[3]) == leader and fields[0] != "Z":
+            pids.add(int(entry.name))
+    return pids
+
+
+def helper_name(pid: int) -> str:
+    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return next((name for name in ("forkserver", "resource_tracker") if name in command), command[:80])
+
+
 def worker_pids(gw: server_process.GatewayProcess) -> list[int]:
     with gw.client() as client:
         text = client.get("/metrics").text
@@ -93,10 +115,17 @@ def measure(name: str, workers: int) -> dict[str, Any]:
                 "parent_mib": proc_memory(gw.process.pid),
                 "workers_mib": [proc_memory(pid) for pid in pids],
             }
-            # What the instance holds: its processes once each (with one worker the parent serves).
-            every = {gw.process.pid, *pids}
+            # What the instance holds: every process of its session once (with one worker the
+            # parent serves): the supervisor, the workers, and multiprocessing's helpers (its
+            # resource tracker; with --workers > 1 the fork server the workers are forked from).
+            served = {gw.process.pid, *pids}
+            every = served | session_pids(gw.process.pid)
+            result["helpers"] = {pid: helper_name(pid) for pid in sorted(every - served)}
             result["total_rss_mib"] = round(sum(proc_memory(pid)["VmRSS"] for pid in every), 1)
             result["total_pss_mib"] = round(sum(proc_pss_mib(pid) for pid in every), 1)
+            # The sums of before issue 30's fork server: the supervisor and the workers only.
+            result["served_rss_mib"] = round(sum(proc_memory(pid)["VmRSS"] for pid in served), 1)
+            result["served_pss_mib"] = round(sum(proc_pss_mib(pid) for pid in served), 1)
             if demo_s is not None:
                 result["demo_index_s"] = demo_s
             return result
@@ -150,8 +179,13 @@ def compare(args: argparse.Namespace) -> None:
                 row["total_rss_to_first"] = round(row["total_rss_mib"] / first["total_rss_mib"], 2)
                 row["total_pss_to_first"] = round(row["total_pss_mib"] / first["total_pss_mib"], 2)
             out[f"{label}:{name}"] = rows
-            shown = {k: (v["total_rss_mib"], v["total_pss_mib"]) for k, v in rows.items()}
-            print(label, name, "total RSS, PSS MiB", shown, file=sys.stderr, flush=True)
+            for row in rows.values():
+                row["served_rss_to_first"] = round(row["served_rss_mib"] / first["served_rss_mib"], 2)
+                row["served_pss_to_first"] = round(row["served_pss_mib"] / first["served_pss_mib"], 2)
+            shown = {
+                k: (v["total_rss_mib"], v["total_pss_mib"], v["served_rss_mib"], v["served_pss_mib"]) for k, v in rows.items()
+            }
+            print(label, name, "total RSS, PSS; served RSS, PSS MiB", shown, file=sys.stderr, flush=True)
     text = json.dumps({"load_average_before_after": [load_before, list(os.getloadavg())], "results": out}, indent=2)
     print(text)
     if args.json:
