@@ -2,7 +2,9 @@
 
 Each configuration runs a real `mcp-gateway serve --workers N` (tests/server_process.py), warms
 it with a few calls (20 rag.search_hybrid, 20 get_config), then reads VmRSS and VmHWM of the
-parent and of each worker from /proc. Configurations:
+parent and of each worker from /proc, and the summed RSS and PSS of every process of the
+instance's session (`total_*`: with the fork server and resource tracker; `served_*`: the
+supervisor and workers only). Configurations:
 
   hash        rag-embedding_provider=hash: no embedding model loaded (what a gateway costs)
   local       the local all-MiniLM-L6-v2 model (the default), empty index
@@ -32,6 +34,11 @@ import server_process  # noqa: E402
 from server_process import call_tool, start_gateway  # noqa: E402
 
 MIB = 1024 * 1024
+# Seconds to wait after the warm-up calls before reading memory (--settle-s). Right after the
+# demo build the model's batch session may still be loaded (it is dropped 30 s after the last
+# batch: BATCH_SESSION_IDLE_S), in the supervisor or the single process alike; whether it is yet
+# moved one process's RSS by ~120 MiB between runs. 40 reads the instance after that release.
+SETTLE_S = 0.0
 DEMO_TIMEOUT_S = 900
 
 
@@ -51,6 +58,26 @@ def proc_memory(pid: int) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = round(int(value.split()[0]) * 1024 / MIB, 1)
     return fields
+
+
+def session_pids(leader: int) -> set[int]:
+    """Every live process of the session `leader` leads (start_gateway starts a new session)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[3]) == leader and fields[0] != "Z":
+            pids.add(int(entry.name))
+    return pids
+
+
+def helper_name(pid: int) -> str:
+    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return next((name for name in ("forkserver", "resource_tracker") if name in command), command[:80])
 
 
 def worker_pids(gw: server_process.GatewayProcess) -> list[int]:
@@ -85,7 +112,7 @@ def measure(name: str, workers: int) -> dict[str, Any]:
                 for i in range(20):
                     call_tool(client, gw, "rag", "rag.search_hybrid", {"query": f"how do I sort a list {i}", "k": 5})
                     call_tool(client, gw, "config", "get_config", {"variable_name": "mcp-timeout_ms"})
-            time.sleep(1.5)
+            time.sleep(max(1.5, SETTLE_S))
             pids = worker_pids(gw)
             result = {
                 "config": name,
@@ -93,10 +120,17 @@ def measure(name: str, workers: int) -> dict[str, Any]:
                 "parent_mib": proc_memory(gw.process.pid),
                 "workers_mib": [proc_memory(pid) for pid in pids],
             }
-            # What the instance holds: its processes once each (with one worker the parent serves).
-            every = {gw.process.pid, *pids}
+            # What the instance holds: every process of its session once (with one worker the
+            # parent serves): the supervisor, the workers, and multiprocessing's helpers (its
+            # resource tracker; with --workers > 1 the fork server the workers are forked from).
+            served = {gw.process.pid, *pids}
+            every = served | session_pids(gw.process.pid)
+            result["helpers"] = {pid: helper_name(pid) for pid in sorted(every - served)}
             result["total_rss_mib"] = round(sum(proc_memory(pid)["VmRSS"] for pid in every), 1)
             result["total_pss_mib"] = round(sum(proc_pss_mib(pid) for pid in every), 1)
+            # The sums of before issue 30's fork server: the supervisor and the workers only.
+            result["served_rss_mib"] = round(sum(proc_memory(pid)["VmRSS"] for pid in served), 1)
+            result["served_pss_mib"] = round(sum(proc_pss_mib(pid) for pid in served), 1)
             if demo_s is not None:
                 result["demo_index_s"] = demo_s
             return result
@@ -113,7 +147,10 @@ def main() -> None:
         "--compare-workers", help="e.g. 1,2: each config at each count, total RSS side by side (with --baseline-tree too)"
     )
     parser.add_argument("--baseline-tree", type=Path, help="also measure a gateway running this checkout, in the same run")
+    parser.add_argument("--settle-s", type=float, default=0.0, help="wait this long after the warm-up before reading")
     args = parser.parse_args()
+    global SETTLE_S
+    SETTLE_S = args.settle_s
     if args.compare_workers:
         compare(args)
         return
@@ -150,8 +187,13 @@ def compare(args: argparse.Namespace) -> None:
                 row["total_rss_to_first"] = round(row["total_rss_mib"] / first["total_rss_mib"], 2)
                 row["total_pss_to_first"] = round(row["total_pss_mib"] / first["total_pss_mib"], 2)
             out[f"{label}:{name}"] = rows
-            shown = {k: (v["total_rss_mib"], v["total_pss_mib"]) for k, v in rows.items()}
-            print(label, name, "total RSS, PSS MiB", shown, file=sys.stderr, flush=True)
+            for row in rows.values():
+                row["served_rss_to_first"] = round(row["served_rss_mib"] / first["served_rss_mib"], 2)
+                row["served_pss_to_first"] = round(row["served_pss_mib"] / first["served_pss_mib"], 2)
+            shown = {
+                k: (v["total_rss_mib"], v["total_pss_mib"], v["served_rss_mib"], v["served_pss_mib"]) for k, v in rows.items()
+            }
+            print(label, name, "total RSS, PSS; served RSS, PSS MiB", shown, file=sys.stderr, flush=True)
     text = json.dumps({"load_average_before_after": [load_before, list(os.getloadavg())], "results": out}, indent=2)
     print(text)
     if args.json:

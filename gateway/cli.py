@@ -177,6 +177,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.workers > 1:
             from gateway.metrics import worker_restarts_counter
 
+            # Read by glibc as each worker starts (the parent's own heap is set up already).
+            os.environ.setdefault("MALLOC_ARENA_MAX", WORKER_MALLOC_ARENAS)
+
             _supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
         else:
             # One process serves: reload in a thread (the event loop keeps serving). Without a
@@ -191,6 +194,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 EXIT_GRACE_S = 3.5
+# glibc gives each thread that allocates an arena of its own (up to 8 per core) and keeps what was
+# freed in each: a worker's threads (event loop, tool threads, pools) held ~13 MiB more RSS per
+# worker with the default than with 2 (issue 30, bench/rss_per_worker.py). An operator's own
+# MALLOC_ARENA_MAX is kept.
+WORKER_MALLOC_ARENAS = "2"
+# What the fork server imports once before it forks each worker (gateway/worker_preload.py).
+WORKER_PRELOAD = ("gateway.worker_preload",)
 
 
 def _exit_within(seconds: float) -> None:
@@ -234,6 +244,8 @@ def _supervisor(config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) 
     and each worker it replaces is counted in mcp_gateway_worker_restarts_total."""
     from uvicorn.supervisors import Multiprocess
 
+    _fork_workers_from_server(WORKER_PRELOAD)
+
     class _Supervisor(Multiprocess):
         def handle_hup(self) -> None:
             log.info("Received SIGHUP: reloading certificates and every module from disk")
@@ -247,6 +259,37 @@ def _supervisor(config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) 
                 restarts.inc(replaced)
 
     return _Supervisor(config, sockets)
+
+
+def _fork_workers_from_server(preload: tuple[str, ...]) -> None:
+    """Start uvicorn's workers from a multiprocessing fork server instead of "spawn".
+
+    Spawned, each worker is a fresh interpreter that imports everything again (~100 MiB of
+    modules per worker). The fork server is one process, started when the first worker is (after
+    every environment variable the workers need is set), that imports `preload` once and forks
+    each worker, the first ones and every replacement alike: the imported pages are shared
+    copy-on-write between the workers. Summed RSS counts shared pages in every process, so it
+    does not fall (and the fork server adds a process); PSS, what the machine really holds, does
+    (issue 30). The supervisor itself (threads: the embedding service, the demo build) is never
+    forked. uvicorn offers no hook for the start method: its module-level `get_subprocess`, which
+    it calls for each worker, is replaced with one that uses the fork server's context."""
+    import multiprocessing
+
+    from uvicorn import _subprocess
+    from uvicorn.supervisors import multiprocess
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(preload))
+
+    def get_subprocess(config: Any, target: Any, sockets: list[Any]) -> Any:  # as uvicorn's, another context
+        try:
+            stdin_fileno: int | None = sys.stdin.fileno()
+        except (AttributeError, OSError):
+            stdin_fileno = None
+        kwargs = {"config": config, "target": target, "sockets": sockets, "stdin_fileno": stdin_fileno}
+        return context.Process(target=_subprocess.subprocess_started, kwargs=kwargs)
+
+    multiprocess.get_subprocess = get_subprocess
 
 
 def cmd_backup(args: argparse.Namespace) -> int:

@@ -27,24 +27,17 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import jwt
-from jwt.exceptions import (
-    ExpiredSignatureError,
-    ImmatureSignatureError,
-    InvalidAudienceError,
-    InvalidIssuerError,
-    MissingRequiredClaimError,
-    PyJWKError,
-    PyJWTError,
-)
 
 from gateway.call import Caller
 from gateway.host_guard import LOOPBACK_HOSTS, host_name
 from gateway.runtime import Runtime
 from gateway.tokens import fingerprint
+
+if TYPE_CHECKING:
+    import jwt
 
 log = logging.getLogger("mcp_gateway.oauth")
 
@@ -271,6 +264,9 @@ def _check_transport(url: str) -> None:
 
 
 def _fetch_keys(cfg: OAuthConfig) -> dict[str, jwt.PyJWK]:
+    import jwt  # here, not at the top: see Verifier._validate
+    from jwt.exceptions import PyJWKError
+
     _check_transport(cfg.jwks_url or cfg.issuer)
     with httpx.Client(timeout=cfg.http_timeout_s, follow_redirects=False) as client:
         url = cfg.jwks_url
@@ -339,6 +335,18 @@ class Verifier:
         return caller
 
     def _validate(self, token: str, resource: str, cfg: OAuthConfig) -> tuple[Caller, float]:
+        # PyJWT is imported at the first OAuth token, not with this module: it loads cryptography
+        # (~10 MiB RSS in every worker, issue 30), and a gateway serving static tokens never uses it.
+        import jwt
+        from jwt.exceptions import (
+            ExpiredSignatureError,
+            ImmatureSignatureError,
+            InvalidAudienceError,
+            InvalidIssuerError,
+            MissingRequiredClaimError,
+            PyJWTError,
+        )
+
         if len(token) > cfg.max_token_bytes:
             raise OAuthRefusal(401, "invalid_token", "token_too_large", f"the token exceeds {cfg.max_token_bytes} bytes")
         try:

@@ -16,12 +16,12 @@ import os
 import socket
 import ssl
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 log = logging.getLogger("mcp_gateway.tls")
 ACTIVE_CONTEXTS: list[ssl.SSLContext] = []
@@ -36,6 +36,12 @@ def ensure_self_signed(data_dir: Path) -> tuple[Path, Path]:
     cert_path, key_path = self_signed_paths(data_dir)
     if cert_path.exists() and key_path.exists():
         return cert_path, key_path
+    # cryptography is imported where it is used: ~10 MiB RSS that a worker never needs (issue 30).
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     cert_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = ec.generate_private_key(ec.SECP256R1())
     hostname = socket.gethostname()
@@ -83,12 +89,26 @@ def resolve_material(data_dir: Path, cert: str, key: str) -> tuple[Path, Path]:
 
 def load_certificate(cert: Path) -> x509.Certificate:
     """The first (leaf) certificate of a PEM chain file."""
+    from cryptography import x509
+
     return x509.load_pem_x509_certificate(Path(cert).read_bytes())
 
 
 def certificate_not_after(cert: Path) -> float:
-    """The leaf certificate's expiry as a Unix time (exported as mcp_gateway_tls_certificate_not_after_seconds)."""
-    return load_certificate(cert).not_valid_after_utc.timestamp()
+    """The leaf certificate's expiry as a Unix time (exported as mcp_gateway_tls_certificate_not_after_seconds).
+
+    Every worker exports it at start, so it is read with CPython's own decoder of a PEM file's
+    first certificate (the `_ssl` module uvicorn has loaded anyway) rather than by importing
+    cryptography, ~10 MiB RSS per worker (issue 30). Elsewhere: cryptography, as before."""
+    decode = getattr(ssl._ssl, "_test_decode_cert", None)  # type: ignore[attr-defined]
+    if decode is None:
+        return load_certificate(cert).not_valid_after_utc.timestamp()
+    Path(cert).stat()  # a missing file is the OSError it was
+    try:
+        not_after = decode(str(cert))["notAfter"]
+    except ssl.SSLError as exc:  # not a PEM certificate: the ValueError cryptography would raise
+        raise ValueError(f"{cert}: not a PEM certificate") from exc
+    return float(ssl.cert_time_to_seconds(not_after))
 
 
 def describe_certificate(cert: Path) -> str:

@@ -192,8 +192,11 @@ def engine_knowledge(root: Path) -> list[str]:
         storage = _inside(module, STORAGE_ROOMS)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             line = f"{module}:{getattr(node, 'lineno', 0)}"
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if isinstance(node, ast.Import | ast.ImportFrom) or _lazy_driver(node):
+                if isinstance(node, ast.Call):  # backends.drivers.LazyDriver("psycopg") imports it too, later
+                    names = [node.args[0].value]
+                else:
+                    names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 for name in names:
                     driver = name.split(".")[0]
                     if driver in DRIVERS and not (storage and driver in ("psycopg", "psycopg_pool")):
@@ -203,6 +206,16 @@ def engine_knowledge(root: Path) -> list[str]:
             elif isinstance(node, ast.Subscript) and _names_protocol(node.slice):
                 problems.append(f"{line} looks a table up by protocol")
     return problems
+
+
+def _lazy_driver(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and ast.unparse(node.func).rsplit(".", 1)[-1] == "LazyDriver"
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    )
 
 
 def _names_protocol(node: ast.AST) -> bool:
@@ -275,6 +288,11 @@ def test_no_silent_attribute_contracts() -> None:
         ("handlers.query.sql_tools", "import pymysql", "imports the driver pymysql"),
         ("gateway.store", "from psycopg import sql as planted", "imports the driver psycopg"),
         ("handlers.rag.handler", "def _planted():\n    import sqlite3", "imports the driver sqlite3"),
+        (
+            "handlers.query.sql_tools",
+            "from backends.drivers import LazyDriver\nPLANTED = LazyDriver('pymysql.cursors')",
+            "imports the driver pymysql",
+        ),
     ],
 )
 def test_planted_engine_knowledge_is_caught(tmp_path: Path, module: str, line: str, expected: str) -> None:

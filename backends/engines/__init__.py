@@ -21,8 +21,13 @@ ENGINES: dict[str, Engine] = {
     )
 }
 PROTOCOLS = tuple(ENGINES)
-# What any engine's driver raises: for code that does not know which engine it called.
-DRIVER_ERRORS: tuple[type[Exception], ...] = tuple(error for engine in ENGINES.values() for error in engine.errors)
+
+
+def driver_errors() -> tuple[type[Exception], ...]:
+    """What any engine's driver raises: for code that does not know which engine it called.
+    Asked when it is needed (an `except driver_errors():` evaluates it as an exception passes):
+    drivers are imported at their first use (backends/drivers.py), and only those can have raised."""
+    return tuple(error for engine in ENGINES.values() for error in engine.errors)
 
 
 def engine_for(protocol: str) -> Engine:

@@ -191,7 +191,7 @@ class Engine(Protocol):
     dialect: str  # sqlglot's dialect name
     readonly: ReadOnlyRules
     placeholder: str  # the driver's parameter marker: %s or ?
-    errors: tuple[type[Exception], ...]  # what its driver raises
+    errors: tuple[type[Exception], ...]  # what its driver raises (once loaded: backends.drivers.driver_loaded)
 
     def quote(self, name: str) -> str:
         """An identifier quoted for this engine's SQL."""

@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import hashlib
 import json
 import math
 import re
 import ssl
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pymysql
-import pymysql.converters
-import pymysql.cursors
-from pymysql.constants import CLIENT, FIELD_TYPE, SERVER_STATUS
-
+from backends.drivers import LazyDriver, driver_loaded
 from backends.engines.admin import (
     CONNECT_TIMEOUT_S,
     PROCESS_NEEDS,
@@ -73,6 +70,17 @@ from gateway.errors import (
     Unavailable,
 )
 
+if TYPE_CHECKING:
+    import pymysql
+    import pymysql.converters
+    import pymysql.cursors
+    from pymysql.constants import CLIENT, FIELD_TYPE, SERVER_STATUS
+else:  # imported by the first MySQL/MariaDB target (backends/drivers.py)
+    pymysql = LazyDriver("pymysql")
+    CLIENT = LazyDriver("pymysql.constants.CLIENT")
+    FIELD_TYPE = LazyDriver("pymysql.constants.FIELD_TYPE")
+    SERVER_STATUS = LazyDriver("pymysql.constants.SERVER_STATUS")
+
 # A key's kind from key_column_usage alone (MariaDB shows table_constraints to no account with
 # SELECT only): PRIMARY is the primary key's name, a foreign key references a table, the rest are unique.
 KEY_KIND = (
@@ -81,7 +89,15 @@ KEY_KIND = (
 )
 SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
 KINDS = {"BASE TABLE": "table", "VIEW": "view", "SYSTEM VIEW": "view", "SEQUENCE": "sequence"}
-_TYPES = {v: k.lower() for k, v in vars(FIELD_TYPE).items() if k.isupper() and isinstance(v, int)}
+
+
+@functools.cache
+def _types() -> dict[int, str]:
+    """pymysql's type codes by name (built at the first result, when pymysql is loaded)."""
+    from pymysql.constants import FIELD_TYPE as field_types
+
+    return {v: k.lower() for k, v in vars(field_types).items() if k.isupper() and isinstance(v, int)}
+
 
 # -- the read-only check's part (backends/readonly.py) ------------------------------------------
 
@@ -301,14 +317,16 @@ def _datetime(text: str) -> Any:
 # is "12.50", date.isoformat() is "2024-05-01", and an invalid date stays its text either way),
 # and parsing 100 dates cost more than the rest of a 100-row answer's decoding.
 # tests/backends/test_mysql_values.py holds both paths equal on edge values.
-_WIRE_TEXT_DECODERS = {
-    **pymysql.converters.decoders,
-    FIELD_TYPE.DECIMAL: pymysql.converters.through,
-    FIELD_TYPE.NEWDECIMAL: pymysql.converters.through,
-    FIELD_TYPE.DATE: pymysql.converters.through,
-    FIELD_TYPE.DATETIME: _datetime,
-    FIELD_TYPE.TIMESTAMP: _datetime,
-}
+@functools.cache
+def _wire_text_decoders() -> dict[int, Any]:
+    return {
+        **pymysql.converters.decoders,
+        FIELD_TYPE.DECIMAL: pymysql.converters.through,
+        FIELD_TYPE.NEWDECIMAL: pymysql.converters.through,
+        FIELD_TYPE.DATE: pymysql.converters.through,
+        FIELD_TYPE.DATETIME: _datetime,
+        FIELD_TYPE.TIMESTAMP: _datetime,
+    }
 
 
 def _run_mysql(
@@ -338,14 +356,14 @@ def _run_mysql(
             cur.execute("START TRANSACTION READ ONLY")
         # No args: pymysql does no %-formatting. With args (a custom tool's bound values; the text
         # has %s placeholders and every literal % doubled), pymysql escapes each value itself.
-        conn.decoders, decoders = _WIRE_TEXT_DECODERS, conn.decoders
+        conn.decoders, decoders = _wire_text_decoders(), conn.decoders
         try:  # the result's converters are chosen as its columns are described, inside execute
             cur.execute(sql, None if params is None else tuple(params))
         finally:
             conn.decoders = decoders
         if cur.description is None:
             return [], [], None, 2
-        columns = [{"name": d[0], "type": _TYPES.get(d[1], str(d[1]))} for d in cur.description]
+        columns = [{"name": d[0], "type": _types().get(d[1], str(d[1]))} for d in cur.description]
         rows, reason, size = collect(cur, max_rows=max_rows, max_bytes=max_bytes)
         return columns, rows, reason, size
     except pymysql.err.MySQLError as exc:
@@ -889,7 +907,10 @@ class MySQL:
     placeholder = "%s"
     vector_search = None
     vector_search_refusal = "similarity_search needs a PostgreSQL target with pgvector columns"
-    errors: tuple[type[Exception], ...] = (pymysql.err.Error,)
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        return (pymysql.err.Error,) if driver_loaded("pymysql") else ()
 
     @staticmethod
     def quote(name: str) -> str:

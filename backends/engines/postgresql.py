@@ -39,15 +39,9 @@ import select
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-from psycopg import adapt as pgadapt
-from psycopg import sql as pgsql
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
-from psycopg.types.string import TextLoader
-
+from backends.drivers import LazyDriver, driver_loaded
 from backends.engines.admin import (
     CONNECT_TIMEOUT_S,
     PROCESS_NEEDS,
@@ -60,7 +54,15 @@ from backends.engines.admin import (
     opened,
     scrubbed,
 )
-from backends.engines.base import CANCELLED, ReadOnlyRules, ResultSet, TargetSettings, collect, json_plan, timed_run
+from backends.engines.base import (
+    CANCELLED,
+    ReadOnlyRules,
+    ResultSet,
+    TargetSettings,
+    collect,
+    json_plan,
+    timed_run,
+)
 from backends.engines.catalog import Table, add_key, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
 from backends.engines.profiling import Profiling
@@ -74,6 +76,21 @@ from gateway.errors import (
     PermissionDenied,
     Unavailable,
 )
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import adapt as pgadapt
+    from psycopg import rows as pgrows
+    from psycopg import sql as pgsql
+    from psycopg.types import json as pgjson
+    from psycopg.types import string as pgstring
+else:  # imported by the first PostgreSQL target or cluster link (backends/drivers.py)
+    psycopg = LazyDriver("psycopg")
+    pgadapt = LazyDriver("psycopg.adapt")
+    pgrows = LazyDriver("psycopg.rows")
+    pgsql = LazyDriver("psycopg.sql")
+    pgjson = LazyDriver("psycopg.types.json")
+    pgstring = LazyDriver("psycopg.types.string")
 
 KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized_view", "f": "foreign_table"}
 ACTIONS = {"a": "NO ACTION", "r": "RESTRICT", "c": "CASCADE", "n": "SET NULL", "d": "SET DEFAULT"}
@@ -314,7 +331,32 @@ def _source_session(target: TargetSettings, *, connect_timeout_s: float) -> Post
 
 # -- read-only execution ---------------------------------------------------------------------------
 
-_PG_PIPELINE = psycopg.Pipeline.is_supported()  # libpq >= 14; otherwise three round trips
+
+class _Libpq:
+    """What the libpq psycopg runs on can do, asked at the first PostgreSQL statement (not at
+    import: psycopg is loaded lazily)."""
+
+    @functools.cached_property
+    def pipeline(self) -> bool:  # libpq >= 14; otherwise three round trips
+        return psycopg.Pipeline.is_supported()
+
+    @functools.cached_property
+    def status(self) -> type[psycopg.pq.ExecStatus]:
+        return psycopg.pq.ExecStatus
+
+    # libpq >= 17 hands rows over in chunks: per-result overhead paid once per chunk, not per row,
+    # and still never more than a chunk of the rows past the caps in memory.
+    @functools.cached_property
+    def chunked(self) -> bool:
+        return psycopg.capabilities.has_stream_chunked()
+
+    @functools.cached_property
+    def row_results(self) -> tuple[psycopg.pq.ExecStatus, ...]:
+        status = self.status  # asks libpq itself: `chunked` is what a statement uses (a test may set it)
+        return (status.SINGLE_TUPLE, status.TUPLES_CHUNK) if psycopg.capabilities.has_stream_chunked() else (status.SINGLE_TUPLE,)
+
+
+_LIBPQ = _Libpq()
 _PG_MARGIN_S = 2.0  # past the statement timeout, how long to wait for a server that went silent
 _PG_BEGIN = b"BEGIN READ ONLY"
 _PG_ROLLBACK = b"ROLLBACK"
@@ -322,12 +364,7 @@ _PG_ROLLBACK = b"ROLLBACK"
 # into text (quote_ident makes the schema one search_path element, as SET LOCAL would).
 _PG_SETTINGS = b"SELECT pg_catalog.set_config('statement_timeout', $1, true), pg_catalog.set_config('standard_conforming_strings', 'on', true)"
 _PG_SETTINGS_SCHEMA = _PG_SETTINGS + b", pg_catalog.set_config('search_path', pg_catalog.quote_ident($2), true)"
-_PQ = psycopg.pq.ExecStatus
-# libpq >= 17 hands rows over in chunks: per-result overhead paid once per chunk, not per row,
-# and still never more than a chunk of the rows past the caps in memory.
-_PG_CHUNKED = psycopg.capabilities.has_stream_chunked()
 _PG_CHUNK_ROWS = 16  # 200 rows: ~0.52 ms against ~0.72 one row at a time; 8: ~0.54, 32: ~0.52
-_PG_ROW_RESULTS = (_PQ.SINGLE_TUPLE, _PQ.TUPLES_CHUNK) if _PG_CHUNKED else (_PQ.SINGLE_TUPLE,)
 
 
 def _pg_type_name(conn: psycopg.Connection, oid: int) -> str:
@@ -352,8 +389,8 @@ def _run_pgsql(
         raise InvalidArgument("a schema name cannot contain a NUL character")
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         conn.rollback()
-    run = _pg_pipelined if _PG_PIPELINE else _pg_three_trips
-    if params is not None and not _PG_PIPELINE:
+    run = _pg_pipelined if _LIBPQ.pipeline else _pg_three_trips
+    if params is not None and not _LIBPQ.pipeline:
         raise Unavailable("custom SQL tools on PostgreSQL need libpq 14 or later (pipeline mode)")
     try:
         if params is not None:  # bound values need the pipeline (checked above)
@@ -381,7 +418,7 @@ def _pg_end(conn: psycopg.Connection) -> None:
     if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         return
     try:
-        if _PG_PIPELINE:
+        if _LIBPQ.pipeline:
             _pg_rollback(conn)
         else:
             _pg_exec(conn, _PG_ROLLBACK)
@@ -434,13 +471,13 @@ class _PgWire:
         """Read the rest of the current statement's results; its error, if it had one."""
         failed = None
         while (res := self.result()) is not None:
-            if res.status == _PQ.FATAL_ERROR and failed is None:
+            if res.status == _LIBPQ.status.FATAL_ERROR and failed is None:
                 failed = res
         return failed
 
     def sync(self) -> None:
         res = self.result()
-        if res is None or res.status != _PQ.PIPELINE_SYNC:
+        if res is None or res.status != _LIBPQ.status.PIPELINE_SYNC:
             raise psycopg.OperationalError("the pipeline ended out of step")
 
 
@@ -456,7 +493,7 @@ class _WireTextContext:
         self.connection = conn
         self.adapters = pgadapt.AdaptersMap(conn.adapters)
         for name in ("numeric", "date"):
-            self.adapters.register_loader(name, TextLoader)
+            self.adapters.register_loader(name, pgstring.TextLoader)
 
 
 _WIRE_TEXT: weakref.WeakKeyDictionary[psycopg.Connection, _WireTextContext] = weakref.WeakKeyDictionary()
@@ -486,11 +523,11 @@ class _PgRows:
             res = self.wire.result()
             if res is None:
                 self.done = True
-            elif res.status in _PG_ROW_RESULTS:
+            elif res.status in _LIBPQ.row_results:
                 return res
-            elif res.status == _PQ.FATAL_ERROR and self.failed is None:
+            elif res.status == _LIBPQ.status.FATAL_ERROR and self.failed is None:
                 self.failed = res
-            elif res.status == _PQ.TUPLES_OK and self.described is None:
+            elif res.status == _LIBPQ.status.TUPLES_OK and self.described is None:
                 self.described = res  # zero rows: still carries the columns
         return None
 
@@ -607,7 +644,7 @@ def _pg_statement(conn: psycopg.Connection, wire: _PgWire, *, max_rows: int, max
     """Read the caller's statement: (columns, rows, reason, size), or the error to raise once
     the pipeline is over (the server's, or a loader's). Never leaves its results half read."""
     # For the query now at the head of the pipeline: a few rows per result, never all of them.
-    if _PG_CHUNKED:
+    if _LIBPQ.chunked:
         conn.pgconn.set_chunked_rows_mode(_PG_CHUNK_ROWS)
     else:
         conn.pgconn.set_single_row_mode()
@@ -723,7 +760,7 @@ class PostgresCatalog:
         self.conn = conn
 
     def _rows(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
+        with self.conn.cursor(row_factory=pgrows.dict_row) as cur:
             cur.execute(sql, params)
             return cur.fetchall()
 
@@ -850,7 +887,7 @@ class PostgresCatalog:
 
 
 def _table_facts(conn: Any, schema: str, table: str) -> dict[str, Any]:
-    with conn.cursor(row_factory=dict_row) as cur:
+    with conn.cursor(row_factory=pgrows.dict_row) as cur:
         cur.execute(
             "SELECT c.oid::int8 AS oid, c.reltuples::bigint AS n, pg_total_relation_size(c.oid) AS size "
             "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace ns ON ns.oid = c.relnamespace "
@@ -886,7 +923,7 @@ _PG_COLS = (
 
 
 def _pg_rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
+    with conn.cursor(row_factory=pgrows.dict_row) as cur:
         cur.execute(sql, params)
         return cur.fetchall()
 
@@ -1219,8 +1256,13 @@ class ClusterDatabase:
     """gateway.cluster.ClusterDatabase on psycopg: the cluster's shared configuration lives in
     PostgreSQL, and gateway/ (the bottom layer) does not import the driver."""
 
-    errors: tuple[type[Exception], ...] = (psycopg.Error,)
-    unreachable: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        return (psycopg.Error,) if driver_loaded("psycopg") else ()
+
+    @property
+    def unreachable(self) -> tuple[type[Exception], ...]:
+        return (psycopg.OperationalError, psycopg.InterfaceError) if driver_loaded("psycopg") else ()
 
     @staticmethod
     def connect(
@@ -1232,8 +1274,8 @@ class ClusterDatabase:
         )
 
     @staticmethod
-    def json(value: Any) -> Jsonb:
-        return Jsonb(value)
+    def json(value: Any) -> pgjson.Jsonb:
+        return pgjson.Jsonb(value)
 
 
 CLUSTER_DATABASE = ClusterDatabase()
@@ -1345,7 +1387,11 @@ class PostgreSQL:
     dialect = "postgres"
     readonly = READONLY
     placeholder = "%s"
-    errors: tuple[type[Exception], ...] = (psycopg.Error,)
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        return (psycopg.Error,) if driver_loaded("psycopg") else ()
+
     vector_search = PgVectorSearch()  # similarity_search over pgvector columns
     vector_search_refusal = ""
 

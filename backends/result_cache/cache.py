@@ -24,7 +24,6 @@ import orjson
 
 from backends.result_cache.embedded import FILE_NAME, EmbeddedStore
 from backends.result_cache.keys import fingerprints
-from backends.result_cache.redis_store import RedisStore
 from backends.result_cache.store import (
     CLEARED,
     COUNTERS,
@@ -111,6 +110,10 @@ class ResultCache:
 
     def _open(self, redis_url: str) -> ResultStore:
         if redis_url:
+            # Imported here, not at the top: redis (and the opentelemetry it pulls in) is ~6 MiB
+            # RSS in every process, and only a gateway configured with cache-redis_url uses it.
+            from backends.result_cache.redis_store import RedisStore
+
             try:
                 return RedisStore(redis_url)
             except StoreUnavailable as exc:  # a malformed URL: serve uncached rather than not at all

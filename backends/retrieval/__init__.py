@@ -18,7 +18,13 @@ It imports `backends` and `gateway`, never `handlers`: handlers/rag holds the to
 # onnxruntime must be loaded before usearch: the other order segfaults inside onnxruntime's
 # import (measured with onnxruntime and usearch as pinned here). Every module of this package
 # passes through here first, so importing it now makes the order safe wherever usearch is used.
+# Except in a worker of a supervisor that serves the local model (MCP_GATEWAY_EMBED_SOCKET set,
+# embeddings/shared.py): its embedder is a SharedEmbedder, which never loads onnxruntime, and
+# onnxruntime costs ~21 MiB RSS per process (issue 30). Such a worker refuses to load it later
+# (LocalEmbedder._build checks the order) rather than crash.
 import contextlib
+import os
 
-with contextlib.suppress(ImportError):  # without it the local provider reports its own clear error
-    import onnxruntime  # noqa: F401
+if not os.environ.get("MCP_GATEWAY_EMBED_SOCKET"):  # shared.SOCKET_ENV (not imported: it needs numpy)
+    with contextlib.suppress(ImportError):  # without it the local provider reports its own clear error
+        import onnxruntime  # noqa: F401

@@ -26,7 +26,7 @@ LIMITS = {"timeout_ms": 3000, "max_rows": 100, "max_bytes": 1_000_000}
 SESSION_OPTIONS = "-c statement_timeout=5000 -c default_transaction_read_only=on"  # as the pool opens them
 SCHEMA = 'Odd "Schema", x'
 
-pytestmark = pytest.mark.skipif(not execute._PG_PIPELINE, reason="libpq < 14: no pipeline mode")
+pytestmark = pytest.mark.skipif(not execute._LIBPQ.pipeline, reason="libpq < 14: no pipeline mode")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def _session(conn: psycopg.Connection) -> tuple:
 def _fallback(monkeypatch: pytest.MonkeyPatch, conn: psycopg.Connection, sql: str, **limits: int) -> object:
     """The same call through the three-round-trip path; its result, or the error it raised."""
     with monkeypatch.context() as m:
-        m.setattr(execute, "_PG_PIPELINE", False)
+        m.setattr(execute._LIBPQ, "pipeline", False)
         try:
             return engine_for("pgsql").execute(conn, sql, **limits)
         except GatewayError as exc:
@@ -140,11 +140,11 @@ def test_a_server_timeout_is_deadline_exceeded_and_leaves_the_session_clean(conn
         ("SELECT g, repeat('x', 1000) FROM (SELECT generate_series(1, 50000000) AS g) s", "max_bytes"),  # no LIMIT: cancelled
     ],
 )
-@pytest.mark.parametrize("chunked", [execute._PG_CHUNKED, False], ids=["as-built", "single-row"])
+@pytest.mark.parametrize("chunked", [execute._LIBPQ.chunked, False], ids=["as-built", "single-row"])
 def test_a_truncated_result_leaves_the_session_clean(
     conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, sql: str, reason: str, chunked: bool
 ) -> None:
-    monkeypatch.setattr(execute, "_PG_CHUNKED", chunked)  # libpq < 17 reads one row per result
+    monkeypatch.setattr(execute._LIBPQ, "chunked", chunked)  # libpq < 17 reads one row per result
     before = _session(conn)
     limits = {**LIMITS, "max_bytes": 20_000, "timeout_ms": 20_000}
     started = time.monotonic()
@@ -179,11 +179,11 @@ VALUES = """SELECT 12345678901234567890.123456789::numeric AS n, 'NaN'::numeric 
     'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS u, true AS bo, 42::int8 AS big"""
 
 
-@pytest.mark.parametrize("chunked", [execute._PG_CHUNKED, False], ids=["as-built", "single-row"])
+@pytest.mark.parametrize("chunked", [execute._LIBPQ.chunked, False], ids=["as-built", "single-row"])
 def test_values_and_columns_come_out_as_through_the_three_round_trips(
     conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, chunked: bool
 ) -> None:
-    monkeypatch.setattr(execute, "_PG_CHUNKED", chunked)
+    monkeypatch.setattr(execute._LIBPQ, "chunked", chunked)
     out = engine_for("pgsql").execute(conn, VALUES, **LIMITS)
     old = _fallback(monkeypatch, conn, VALUES, **LIMITS)
     assert (out.columns, out.rows, out.result_bytes) == (old.columns, old.rows, old.result_bytes)

@@ -4,8 +4,10 @@ workers' embedder (backends/retrieval/embeddings/shared.py) sends texts there.""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -118,3 +120,36 @@ def test_two_workers_embed_with_the_supervisors_one_model() -> None:
         # workers 158 MiB each; when each worker loaded its own: supervisor 153, workers 328.
         parent, worker_rss = rss_mib(gw.process.pid), [rss_mib(pid) for pid in workers]
         assert max(worker_rss) < parent - 80, (parent, worker_rss)
+
+        # Issue 30: a worker loads no library it does not use. Its embedder is the supervisor's,
+        # so onnxruntime and tokenizers never load (nor does the fork server they are forked
+        # from); no target uses DuckDB or PostgreSQL and no token is an OAuth JWT, so neither
+        # driver nor cryptography loads. A shared library a worker has imported is in its maps.
+        for pid in workers:
+            libraries = {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if ".so" in line}
+            unwanted = [lib for lib in libraries if any(name in lib for name in UNUSED_IN_WORKERS)]
+            assert unwanted == [], (pid, unwanted)
+            # forked by the fork server (gateway/worker_preload.py), not spawned by the supervisor
+            with open(f"/proc/{pid}/stat") as stat:
+                parent_of_worker = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{parent_of_worker}/cmdline") as cmdline:
+                assert "multiprocessing.forkserver" in cmdline.read(), parent_of_worker
+        assert "MALLOC_ARENA_MAX=2" in Path(f"/proc/{min(workers)}/environ").read_text().split("\0")
+
+        # A worker that dies is replaced from the fork server too, counted, and embeds as before.
+        os.kill(min(workers), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = client.get("/metrics").text
+            if "mcp_gateway_worker_restarts_total 1.0" in text:
+                break
+            time.sleep(0.5)
+        assert "mcp_gateway_worker_restarts_total 1.0" in text, text[-2000:]
+        for _ in range(4):  # fresh connections: either worker, the replacement included
+            with gw.client(timeout=30) as fresh:
+                out = call_tool(fresh, gw, "rag", "rag.search_hybrid", {"query": "dictionaries", "k": 1})
+                assert out["isError"] is False, out
+
+
+# Shared objects of libraries a worker of the test above does not use (/proc/<pid>/maps paths).
+UNUSED_IN_WORKERS = ("onnxruntime", "/tokenizers/", "_duckdb", "psycopg_binary", "psycopg_c", "/cryptography/")

@@ -15,6 +15,7 @@ import hashlib
 import importlib.resources
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -171,6 +172,10 @@ def _trim_heap() -> None:
 
 
 def _build(model_path: Path, expected_sha256: str, intra_op_threads: int, *, arena: bool = True) -> _LoadedModel:
+    if "onnxruntime" not in sys.modules and "usearch" in sys.modules:
+        # Importing onnxruntime after usearch segfaults (backends/retrieval/__init__.py). Only a
+        # worker of a supervisor serving the model skips the early import, and it embeds there.
+        raise Unavailable("local embedding cannot load onnxruntime in this process (usearch came first)")
     try:
         import onnxruntime
         from tokenizers import Tokenizer

@@ -16,12 +16,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import apsw
 import numpy as np
-import psycopg
 
+from backends.drivers import LazyDriver
 from backends.retrieval.call import Call
 from backends.retrieval.filters import FilterSQL, all_sources_enabled
 from backends.retrieval.storage.postgresql import fts as pg_fts
@@ -31,6 +31,11 @@ from backends.retrieval.storage.sqlite import fts, vector_store
 from backends.retrieval.storage.sqlite.index import RagIndex
 from backends.retrieval.storage.sqlite.vector_store import Candidates
 from gateway.errors import DeadlineExceeded
+
+if TYPE_CHECKING:
+    import psycopg
+else:  # imported when a PostgreSQL index opens (postgresql/index.py)
+    psycopg = LazyDriver("psycopg")
 
 # Either storage's index: what `reading` reads, and what the tools and ingestion are handed.
 Index = RagIndex | PgRagIndex

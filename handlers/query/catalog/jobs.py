@@ -24,7 +24,7 @@ from typing import Any
 
 import apsw
 
-from backends.engines import DRIVER_ERRORS, translate
+from backends.engines import driver_errors, translate
 from backends.engines.catalog import Table
 from gateway.errors import DeadlineExceeded, GatewayError, NotFound
 from handlers.query.catalog.store import BATCH_TABLES, CatalogStore
@@ -126,7 +126,7 @@ class DiscoveryJobs:
             self.store.update_run(run_id, state="ok", finished_at=time.time())
         except GatewayError as exc:
             self._fail(run_id, progress, {"code": exc.code, "message": exc.message})
-        except DRIVER_ERRORS as exc:
+        except driver_errors() as exc:
             if not isinstance(translate(exc), DeadlineExceeded):
                 raise
             message = f"a catalog statement ran past the timeout_ms of target {target_id}; try a narrower schema_filter"

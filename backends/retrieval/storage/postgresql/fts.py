@@ -13,14 +13,18 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-
+from backends.drivers import LazyDriver
 from backends.retrieval.storage.postgresql.ingest import pg_where
 
 # -- keyword search: the tsvector half of fts.py --------------------------------------------------
 # ts_rank weights {D, C, B, A}: the body is D, the title A; 2:1 as FTS5's bm25 column weights.
+if TYPE_CHECKING:
+    import psycopg
+else:  # imported when a PostgreSQL index opens (index.py)
+    psycopg = LazyDriver("psycopg")
+
 TS_WEIGHTS = "{0.5, 0.5, 0.5, 1.0}"
 TS_NORMALISATION = 1  # rank / (1 + log(document length)): long chunks do not win by length alone
 BM25_K1, BM25_B = 1.2, 0.75

@@ -19,15 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import psycopg
-from pgvector import HalfVector, Vector
-from pgvector.psycopg import register_vector
-from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool, PoolTimeout
 
+from backends.drivers import LazyDriver
 from backends.retrieval.storage.postgresql.fts import TermStats
 from backends.retrieval.storage.postgresql.ingest import PgExec, PgSourceLock, held_sync_jobs, pg_where
 from backends.retrieval.storage.records import (
@@ -40,12 +36,25 @@ from backends.retrieval.storage.records import (
 from gateway import sqlite
 from gateway.errors import ConfigError, Unavailable
 
+if TYPE_CHECKING:
+    import pgvector
+    import psycopg
+    import psycopg_pool
+    from pgvector import psycopg as pgvector_psycopg
+    from psycopg import rows as pgrows
+else:  # imported when a PostgreSQL index opens: a rag.db gateway never loads them (backends/drivers.py)
+    pgvector = LazyDriver("pgvector")
+    pgvector_psycopg = LazyDriver("pgvector.psycopg")
+    psycopg = LazyDriver("psycopg")
+    psycopg_pool = LazyDriver("psycopg_pool")
+    pgrows = LazyDriver("psycopg.rows")
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 # What the HNSW index holds: halfvec halves it (2 bytes a dimension); its candidates are rescored
 # with the stored float32 vectors (as rag.db's ANN is), so scores are exact either way.
-HNSW_TYPES = {"halfvec": ("halfvec", "halfvec_cosine_ops", HalfVector), "vector": ("vector", "vector_cosine_ops", Vector)}
+HNSW_TYPES = {"halfvec": ("halfvec", "halfvec_cosine_ops", "HalfVector"), "vector": ("vector", "vector_cosine_ops", "Vector")}
 # Candidates the graph returns for rescoring: at least this many, or 2k. Each costs a TOAST fetch
 # of its float32 vector: at 1M chunks 40 took 4.5 ms p50 and 20 took 3.2 ms, recall@10 0.999 both
 # at ef_search 128 (bench/README, issue 16).
@@ -112,7 +121,7 @@ def _configure_session(conn: psycopg.Connection) -> None:
     session defaults, so a search sends none of its own. Iterative (relaxed order): past
     ef_search (at most 1000) a filtered scan goes on until LIMIT rows passed the filter; the
     candidates are re-sorted by their exact distances anyway."""
-    register_vector(conn)
+    pgvector_psycopg.register_vector(conn)
     conn.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH_MIN}")
     conn.execute("SET hnsw.iterative_scan = relaxed_order")
     conn.commit()  # the pool hands out idle connections
@@ -137,10 +146,10 @@ class PgRagIndex:
         self.embedding_model_id = embedding_model_id
         self.dim = dim
         self.hnsw_type = hnsw_type
-        self._wrap_index = HNSW_TYPES[hnsw_type][2]  # the query as the index's type
+        self._wrap_index = getattr(pgvector, HNSW_TYPES[hnsw_type][2])  # the query as the index's type
         self._hnsw = hnsw_expr(dim, hnsw_type)
         self.term_stats = TermStats()  # BM25's corpus figures, shared by this process's searches
-        self.pool = ConnectionPool(
+        self.pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=1,
             max_size=pool_max,
@@ -202,7 +211,7 @@ class PgRagIndex:
     def _unavailable_as_error(self) -> Iterator[None]:
         try:
             yield
-        except PoolTimeout as exc:  # an OperationalError too: first
+        except psycopg_pool.PoolTimeout as exc:  # an OperationalError too: first
             raise Unavailable("no connection to the RAG index database within 1 s; retry shortly") from exc
         except psycopg.OperationalError as exc:  # AdminShutdown is one
             raise Unavailable(f"the RAG index database is unreachable ({type(exc).__name__}); retry shortly") from exc
@@ -359,7 +368,7 @@ class PgRagIndex:
     # -- what ingestion and the jobs read and write besides documents ------------------------
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Rows as dicts of a plain statement written with `?` placeholders (sync state, jobs)."""
-        with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self.connection() as conn, conn.cursor(row_factory=pgrows.dict_row) as cur:
             return cur.execute(pg_where(sql), tuple(params)).fetchall()
 
     def run(self, work: Callable[[PgExec], None]) -> None:
@@ -490,7 +499,7 @@ class PgRagIndex:
     def _unit(self, matrix: np.ndarray) -> list[Any]:
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         matrix = matrix / np.maximum(norms, 1e-12)
-        return [Vector(row) for row in matrix]
+        return [pgvector.Vector(row) for row in matrix]
 
     # -- reading: the storage half of search.py --------------------------------------------
     def nearest(
@@ -514,7 +523,7 @@ class PgRagIndex:
         distances are exact all the same."""
         if k <= 0:
             return Nearest([], [], np.zeros((0, self.dim), np.float32), False, {})
-        exact = Vector(np.asarray(query, dtype=np.float32))
+        exact = pgvector.Vector(np.asarray(query, dtype=np.float32))
         narrows = where.strip() != "TRUE"
         # Filtered, the walk until LIMIT rows pass is what costs: 2k then (5 % filter at 200k:
         # 38 ms for 20, 55 ms for 40, recall@10 0.993 both).
@@ -577,7 +586,7 @@ class PgRagIndex:
     def distances(self, conn: psycopg.Connection, query: np.ndarray, rowids: Sequence[int]) -> dict[int, float]:
         if not rowids:
             return {}
-        exact = Vector(np.asarray(query, dtype=np.float32))
+        exact = pgvector.Vector(np.asarray(query, dtype=np.float32))
         return {
             int(r): float(d)
             for r, d in conn.execute(

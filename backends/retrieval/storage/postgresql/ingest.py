@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-
+from backends.drivers import LazyDriver
 from gateway.errors import Unavailable
+
+if TYPE_CHECKING:
+    import psycopg
+else:  # imported when a PostgreSQL index opens (index.py)
+    psycopg = LazyDriver("psycopg")
 
 SYNC_LOCK_CLASS = 0x7261_6773  # pg_advisory_lock(class, source_id): one sync per source in the cluster
 

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import psycopg
-from psycopg.rows import dict_row
-
+from backends.drivers import LazyDriver
 from backends.retrieval.storage.postgresql.index import index_size_bytes
 from backends.retrieval.storage.postgresql.ingest import held_sync_jobs, pg_where
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import rows as pgrows
+else:  # imported when a PostgreSQL index opens (index.py)
+    psycopg = LazyDriver("psycopg")
+    pgrows = LazyDriver("psycopg.rows")
 
 log = logging.getLogger("mcp_gateway.rag.metrics")
 
@@ -35,7 +40,7 @@ class PgState:
         )
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
+        with self.conn.cursor(row_factory=pgrows.dict_row) as cur:
             return cur.execute(pg_where(sql), tuple(params)).fetchall()
 
     def size_bytes(self) -> int:
