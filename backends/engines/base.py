@@ -109,34 +109,44 @@ def collect(raw_rows: Iterable[Any], *, max_rows: int, max_bytes: int) -> tuple[
 Runner = Callable[..., tuple]
 
 
-def timed_run(
-    run: Runner,
-    conn: Any,
-    sql: str,
-    *,
-    timeout_ms: int,
-    max_rows: int,
-    max_bytes: int,
-    schema: str | None,
-    params: Sequence[Any] | None = None,
-) -> ResultSet:
-    """Run one statement through an engine's runner and wrap what it read as a ResultSet.
-    `params`: values the driver binds to the statement's placeholders (the engine's
-    `placeholder` style); None: a statement without placeholders (the runner gets none)."""
-    timeout_ms = max(1, int(timeout_ms))
-    started = time.perf_counter()
-    extra = {} if params is None else {"params": params}
-    columns, rows, reason, size = run(
-        conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, **extra
-    )
-    return ResultSet(
-        columns=columns,
-        rows=rows,
-        truncated=reason is not None,
-        truncated_reason=reason,
-        result_bytes=size,
-        db_ms=(time.perf_counter() - started) * 1000,
-    )
+def readonly_execute(run: Runner, *, local_settings: bool = False) -> Callable[..., ResultSet]:
+    """An engine's `execute` (the protocol's signature) over its runner: the runner reads the
+    statement under the caps; this times it and wraps what it read as a ResultSet. `params`:
+    values the driver binds to the statement's placeholders (the engine's `placeholder` style);
+    None: a statement without placeholders (the runner gets none). `settings` go to the runner
+    of an engine with `local_settings` (it holds them transaction-locally), and are refused by
+    any other (`refuse_settings`)."""
+
+    def execute(
+        conn: Any,
+        sql: str,
+        *,
+        timeout_ms: int,
+        max_rows: int,
+        max_bytes: int,
+        schema: str | None = None,
+        params: Sequence[Any] | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> ResultSet:
+        extra: dict[str, Any] = {} if params is None else {"params": params}
+        if settings and local_settings:
+            extra["settings"] = settings
+        else:
+            refuse_settings(settings)
+        started = time.perf_counter()
+        columns, rows, reason, size = run(
+            conn, sql, timeout_ms=max(1, int(timeout_ms)), max_rows=max_rows, max_bytes=max_bytes, schema=schema, **extra
+        )
+        return ResultSet(
+            columns=columns,
+            rows=rows,
+            truncated=reason is not None,
+            truncated_reason=reason,
+            result_bytes=size,
+            db_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    return execute
 
 
 def json_plan(out: dict[str, Any]) -> Any:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.drivers import LazyDriver, driver_loaded
 from backends.engines.admin import TargetAdmin, not_supported
-from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, no_settings_scope, refuse_settings, timed_run
+from backends.engines.base import ReadOnlyRules, TargetSettings, collect, no_settings_scope, readonly_execute
 from backends.engines.catalog import (
     Table,
     empty_constraints,
@@ -701,22 +701,7 @@ class DuckDB:
         return None
 
     # -- read-only execution
-    @staticmethod
-    def execute(
-        conn: DuckDBConnection,
-        sql: str,
-        *,
-        timeout_ms: int,
-        max_rows: int,
-        max_bytes: int,
-        schema: str | None = None,
-        params: Sequence[Any] | None = None,
-        settings: Mapping[str, str] | None = None,
-    ) -> ResultSet:
-        refuse_settings(settings)
-        return timed_run(
-            _run_duckdb, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
-        )
+    execute = staticmethod(readonly_execute(_run_duckdb))
 
     local_settings = False
 

@@ -48,13 +48,11 @@ from backends.engines.admin import (
 from backends.engines.base import (
     CANCELLED,
     ReadOnlyRules,
-    ResultSet,
     TargetSettings,
     collect,
     json_plan,
     no_settings_scope,
-    refuse_settings,
-    timed_run,
+    readonly_execute,
 )
 from backends.engines.catalog import Table, add_key, empty_constraints, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
@@ -948,22 +946,7 @@ class MySQL:
         pass
 
     # -- read-only execution
-    @staticmethod
-    def execute(
-        conn: pymysql.connections.Connection,
-        sql: str,
-        *,
-        timeout_ms: int,
-        max_rows: int,
-        max_bytes: int,
-        schema: str | None = None,
-        params: Sequence[Any] | None = None,
-        settings: Mapping[str, str] | None = None,
-    ) -> ResultSet:
-        refuse_settings(settings)
-        return timed_run(
-            _run_mysql, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
-        )
+    execute = staticmethod(readonly_execute(_run_mysql))
 
     local_settings = False
     settings_scope = staticmethod(no_settings_scope)

@@ -57,11 +57,10 @@ from backends.engines.admin import (
 from backends.engines.base import (
     CANCELLED,
     ReadOnlyRules,
-    ResultSet,
     TargetSettings,
     collect,
     json_plan,
-    timed_run,
+    readonly_execute,
 )
 from backends.engines.catalog import Table, add_key, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
@@ -1433,26 +1432,8 @@ class PostgreSQL:
         pass
 
     # -- read-only execution
-    @staticmethod
-    def execute(
-        conn: psycopg.Connection,
-        sql: str,
-        *,
-        timeout_ms: int,
-        max_rows: int,
-        max_bytes: int,
-        schema: str | None = None,
-        params: Sequence[Any] | None = None,
-        settings: Mapping[str, str] | None = None,
-    ) -> ResultSet:
-        """`settings` (app.user_id...) are set transaction-locally inside the read-only
-        transaction, names and values bound (set_config(..., true)): row-level security policies
-        read them with current_setting(); they end with the transaction, so a pooled session
-        never carries them into the next call (backends/sql.py: the caller's identity)."""
-        run = functools.partial(_run_pgsql, settings=settings) if settings else _run_pgsql
-        return timed_run(
-            run, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
-        )
+    # settings: held transaction-locally by _run_pgsql (set_config(..., true), bound)
+    execute = staticmethod(readonly_execute(_run_pgsql, local_settings=True))
 
     @staticmethod
     def bound_placeholder(position: int) -> str:

@@ -23,7 +23,7 @@ import sqlglot
 from sqlglot import exp
 
 from backends.engines.admin import TargetAdmin, not_supported
-from backends.engines.base import ReadOnlyRules, ResultSet, TargetSettings, collect, no_settings_scope, refuse_settings, timed_run
+from backends.engines.base import ReadOnlyRules, TargetSettings, collect, no_settings_scope, readonly_execute
 from backends.engines.catalog import Table, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan
 from backends.engines.profiling import Profiling
@@ -544,22 +544,7 @@ class SQLite:
         conn.deadline = math.inf
 
     # -- read-only execution
-    @staticmethod
-    def execute(
-        conn: sqlite3.Connection,
-        sql: str,
-        *,
-        timeout_ms: int,
-        max_rows: int,
-        max_bytes: int,
-        schema: str | None = None,
-        params: Sequence[Any] | None = None,
-        settings: Mapping[str, str] | None = None,
-    ) -> ResultSet:
-        refuse_settings(settings)
-        return timed_run(
-            _run_sqlite, conn, sql, timeout_ms=timeout_ms, max_rows=max_rows, max_bytes=max_bytes, schema=schema, params=params
-        )
+    execute = staticmethod(readonly_execute(_run_sqlite))
 
     local_settings = False
 
