@@ -279,7 +279,7 @@ def _export_certificate(services: Services) -> None:
     runtime = services.runtime
     try:
         cert, _ = tls.resolve_material(services.data_dir, runtime.var("mcp-ssl_cert"), runtime.var("mcp-ssl_key"))
-        services.metrics.tls_not_after.set(tls.certificate_not_after(cert))
+        services.metrics.tls_not_after.labels("served").set(tls.certificate_not_after(cert))
     except (OSError, ValueError):
         log.warning("cannot read the certificate's expiry for the metrics", exc_info=True)
 

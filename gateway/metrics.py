@@ -200,6 +200,10 @@ class Metrics:
         self.tls_not_after = Gauge(
             "mcp_gateway_tls_certificate_not_after_seconds",
             "Expiry (Unix time) of the TLS certificate served; the earliest across workers.",
+            # A label, so a worker has no sample until it has read its certificate: an unlabeled
+            # gauge starts at 0 in a new worker, and livemin then reported 0 (the shipped
+            # "certificate expiring" alerts fire) each time a worker started or was replaced.
+            labelnames=("certificate",),
             multiprocess_mode="livemin",
             registry=r,
         )

@@ -9,6 +9,7 @@ import stat
 import threading
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -139,8 +140,13 @@ def test_two_workers_embed_with_the_supervisors_one_model() -> None:
         # A worker that dies is replaced from the fork server too, counted, and embeds as before.
         os.kill(min(workers), signal.SIGKILL)
         deadline = time.monotonic() + 60
+        text = ""
         while time.monotonic() < deadline:
-            text = client.get("/metrics").text
+            try:  # a fresh connection each time: a kept-alive one may have been the killed worker's
+                with gw.client(timeout=10) as fresh:
+                    text = fresh.get("/metrics").text
+            except httpx.TransportError:
+                text = ""
             if "mcp_gateway_worker_restarts_total 1.0" in text:
                 break
             time.sleep(0.5)
