@@ -266,6 +266,7 @@ def test_every_numeric_argument_has_bounds(gateway: GatewayProcess) -> None:
     assert not unbounded, "numeric arguments without both bounds:\n" + "\n".join(unbounded)
 
 
+@pytest.mark.slow
 def test_boundary_values_at_every_argument_of_every_tool(gateway: GatewayProcess) -> None:
     outcomes: dict[str, int] = {}
     failures: list[str] = []
@@ -315,6 +316,7 @@ def _property_run(gateway: GatewayProcess, http: httpx.Client, endpoint: str, to
     call()
 
 
+@pytest.mark.slow
 def test_arguments_derived_from_each_published_schema(gateway: GatewayProcess) -> None:
     seen: dict[str, set[str]] = {}
     with gateway.client(timeout=30.0) as http:
