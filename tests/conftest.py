@@ -6,6 +6,7 @@ Under CI (CI=true) a missing server fails loudly; on a developer's laptop it ski
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -73,6 +74,34 @@ def gateway_server():
 
     with start_gateway() as gateway:
         yield gateway
+
+
+# -- running on several workers ------------------------------------------------------------------
+# The README's command runs the modules on pytest-xdist workers (`--dist loadfile`): a module runs
+# whole on one worker, so its module-scoped servers and databases start once, and modules share
+# nothing but the servers on 3306/5432/6379, where each uses databases, users and ports of its own.
+# Modules with a test marked `slow` go first (`--no-loadscope-reorder` keeps this order): a long one
+# started last would leave the other workers idle at the end.
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    slow = {path for path, module_items in modules.items() if any(i.get_closest_marker("slow") for i in module_items)}
+    items[:] = [item for path in sorted(modules, key=lambda path: path not in slow) for item in modules[path]]
+
+
+_RUN_FILE = re.compile(r"(/tmp/mcpgw_\w*?)_[0-9a-f]{12}")  # the hostile corpora's per-run file names (their MARK)
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """A statement naming a per-run file gets an id without the random part: every xdist worker
+    collects the corpus with its own MARK, and all must collect the same ids."""
+    if isinstance(val, str) and _RUN_FILE.search(val):
+        return _RUN_FILE.sub(r"\1_MARK", val)
+    return None
 
 
 # PostgreSQL 18 with pgvector, one per session (tests/pgvector_server.py): pgvector_server, pgvector_db.

@@ -100,10 +100,11 @@ def run_outage(gateway: GatewayProcess, servers: list[PrivatePostgres | PrivateM
     for thread in threads:
         thread.start()
     time.sleep(0.5)  # serving normally first
-    killed_at = time.monotonic()
     for server in servers:
-        server.kill()
+        server.kill()  # returns once the server is gone
+    killed_at = time.monotonic()
     time.sleep(outage_s)
+    restarting_at = time.monotonic()  # down until here, whatever the machine's load makes of the restart
     back_at: dict[str, float] = {}
 
     def restart(server: PrivatePostgres | PrivateMariaDB) -> None:
@@ -126,7 +127,7 @@ def run_outage(gateway: GatewayProcess, servers: list[PrivatePostgres | PrivateM
     figures = {}
     for server in servers:
         engine = server.engine
-        during = calls[engine].between(killed_at + 0.2, back_at[engine] - 0.5)  # clearly inside the outage
+        during = calls[engine].between(killed_at + 0.2, restarting_at)  # a call in flight at the kill may end just after it
         after = [c for c in calls[engine].between(back_at[engine], float("inf")) if c[2] == "ok"]
         figures[engine] = {
             "outage_s": outage_s,

@@ -82,6 +82,7 @@ def _run_client(gateway: GatewayProcess, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_sdk_v1_client_on_config_and_stats(gateway_server: GatewayProcess) -> None:
     report = _run_client(
         gateway_server,

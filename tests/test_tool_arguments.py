@@ -233,17 +233,16 @@ def call_and_check(gateway: GatewayProcess, http: httpx.Client, endpoint: str, t
     message = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
     body = json.dumps(message, allow_nan=False).encode()  # the stdlib: orjson stops at 64-bit integers
     response = _post(gateway, http, endpoint, body)
-    shown = repr(arguments)[:300]
-    assert response.status_code < 500, (endpoint, tool, shown, response.status_code, response.text[:500])
+    assert response.status_code < 500, (endpoint, tool, repr(arguments)[:300], response.status_code, response.text[:500])
     answer = response.json()
     if "error" in answer:  # a protocol-level refusal (unparseable, too large ...) is fine, if not INTERNAL
-        assert answer["error"]["code"] != -32603, (endpoint, tool, shown, answer, gateway.log_tail())
+        assert answer["error"]["code"] != -32603, (endpoint, tool, repr(arguments)[:300], answer, gateway.log_tail())
         return answer["error"].get("data", {}).get("code", str(answer["error"]["code"]))
     result = answer["result"]
     if not result["isError"]:
         return "ok"
     code = result["structuredContent"]["error"]["code"]
-    assert code != "INTERNAL", (endpoint, tool, shown, result["structuredContent"], gateway.log_tail())
+    assert code != "INTERNAL", (endpoint, tool, repr(arguments)[:300], result["structuredContent"], gateway.log_tail())
     return code
 
 
@@ -266,6 +265,7 @@ def test_every_numeric_argument_has_bounds(gateway: GatewayProcess) -> None:
     assert not unbounded, "numeric arguments without both bounds:\n" + "\n".join(unbounded)
 
 
+@pytest.mark.slow
 def test_boundary_values_at_every_argument_of_every_tool(gateway: GatewayProcess) -> None:
     outcomes: dict[str, int] = {}
     failures: list[str] = []
@@ -315,6 +315,7 @@ def _property_run(gateway: GatewayProcess, http: httpx.Client, endpoint: str, to
     call()
 
 
+@pytest.mark.slow
 def test_arguments_derived_from_each_published_schema(gateway: GatewayProcess) -> None:
     seen: dict[str, set[str]] = {}
     with gateway.client(timeout=30.0) as http:

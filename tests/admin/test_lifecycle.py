@@ -33,6 +33,7 @@ def _structured(result: Any) -> dict:
     return result.structured_content
 
 
+@pytest.mark.slow
 def test_admin_lifecycle_through_the_sdk(pg_items: dict) -> None:
     password = f"pw-{uuid.uuid4().hex}"  # trust auth ignores it; it must still never be shown or logged
     target_id = f"t_{uuid.uuid4().hex[:8]}"

@@ -8,6 +8,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from server_process import GatewayProcess, post_rpc, start_gateway
 
 from admin.support import audit_table_text, error_of, ok
@@ -37,6 +38,7 @@ def _hammer(gateway: GatewayProcess, token: str, stop: threading.Event, log: lis
                 log.append((sent, time.monotonic(), status))
 
 
+@pytest.mark.slow
 def test_rotation_under_load_never_fails_before_the_revoke_and_always_after() -> None:
     with start_gateway(workers=2) as gateway:
         old = gateway.tokens["config"]

@@ -57,6 +57,7 @@ def run_sql(gw: GatewayProcess, http: httpx.Client, sql: str) -> dict[str, Any]:
     return call_tool(http, gw, "query", "run_sql_readonly", {"sql": sql, "target_id": "ledger"})
 
 
+@pytest.mark.slow
 def test_anomalies_for_injected_traffic_and_none_for_a_steady_workload(gateway: tuple[GatewayProcess, httpx.Client]) -> None:
     gw, http = gateway
     for i in range(WORKLOAD):  # steady, normal

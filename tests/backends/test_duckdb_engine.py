@@ -559,6 +559,7 @@ def test_admin_tools_refuse_a_duckdb_target(shop: dict) -> None:
 # -- a running gateway, the official SDK client ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("query" not in registered_endpoints(), reason="QueryHandler is not registered")
 def test_duckdb_target_over_the_sdk(tmp_path: Path) -> None:
     path = tmp_path / "shop.duckdb"

@@ -254,7 +254,13 @@ def postgres_checksum(settings: dict) -> dict:
         return {
             "tables": sums,
             "large_objects": conn.execute("SELECT count(*) FROM pg_largeobject_metadata").fetchone()[0],
-            "roles": conn.execute("SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles").fetchone()[0],
+            # Every attribute of the roles a hostile statement here could create or change (the
+            # session's own, the built-in ones, any "pwned"): other tests (and other sessions on a
+            # shared server) create and drop their own roles concurrently.
+            "roles": conn.execute(
+                "SELECT string_agg(r::text, ',' ORDER BY rolname) FROM pg_roles r "
+                "WHERE rolname LIKE 'pwned%' OR rolname = current_user OR rolname LIKE 'pg\\_%'"
+            ).fetchone()[0],
             "extensions": conn.execute("SELECT string_agg(extname, ',' ORDER BY extname) FROM pg_extension").fetchone()[0],
             "functions": conn.execute("SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace").fetchone()[0],
             "auto_conf": conn.execute("SELECT count(*) FROM pg_file_settings WHERE sourcefile LIKE '%auto.conf'").fetchone()[0],

@@ -16,7 +16,7 @@ from backends.result_cache.keys import cache_key, profile_fingerprint, tables_of
 from backends.result_cache.redis_store import RedisStore
 from backends.result_cache.store import EntryMeta, Limits, Selector, StoreUnavailable
 
-REDIS_TEST_URL = "redis://127.0.0.1:6379/13"  # test-owned database number, flushed by the tests
+REDIS_TEST_URL = "redis://127.0.0.1:6379/12"  # test-owned database number, flushed by the tests (the e2e tests own 13)
 ROOMY = Limits(max_entries=100, max_bytes=1 << 20)
 
 

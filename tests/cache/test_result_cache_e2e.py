@@ -14,6 +14,7 @@ import re
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,8 +190,8 @@ def deployment(request: pytest.FixtureRequest, seeded: str, mariadb_db: dict, po
         else:
             flush_redis()
             stack.callback(flush_redis)
-            a = stack.enter_context(start_gateway(variables={"cache-redis_url": REDIS_TEST_URL}))
-            b = stack.enter_context(start_gateway(variables={"cache-redis_url": REDIS_TEST_URL}))
+            with ThreadPoolExecutor(2) as pool:  # two instances sharing one store, started side by side
+                a, b = pool.map(stack.enter_context, [start_gateway(variables={"cache-redis_url": REDIS_TEST_URL}) for _ in "ab"])
         deployed = Deployment(request.param, a, b, mariadb_db, postgres_db)
         for gateway in deployed.gateways():
             admin(gateway, *profiles(mariadb_db, postgres_db))

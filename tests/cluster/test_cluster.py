@@ -229,6 +229,7 @@ def test_postgresql_restart_is_survived(cluster) -> None:
         wait_until(lambda g=gateway, c=client: not search(g, c, "replication lag").get("isError"), 15.0)
 
 
+@pytest.mark.slow
 def test_instance_killed_mid_sync_then_rerun_elsewhere_gives_exact_counts(cluster, mariadb_db) -> None:
     gateways, clients, server = cluster.gateways, cluster.clients, cluster.server
     rag_dsn = server.dsn_for("mcpgw_cluster_rag")

@@ -181,6 +181,7 @@ def test_cli_sync_into_postgresql_shows_progress_and_exact_counts(pair: Pair, ma
     )
 
 
+@pytest.mark.slow
 def test_a_job_running_on_one_instance_is_not_interrupted_on_another(pair: Pair, mariadb_db: dict) -> None:
     posts_table(mariadb_db, "held", posts_rows(1, 40))
     define_source(pair.a, pair.clients["a"], mariadb_db, source_id=2, table="held")

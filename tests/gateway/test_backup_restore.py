@@ -59,6 +59,7 @@ def documents(data_dir: Path) -> int:
         conn.close()
 
 
+@pytest.mark.slow
 def test_backup_taken_during_a_sync_restores_consistently_and_the_next_sync_resumes(tmp_path: Path):
     data_dir = make_data_dir(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}

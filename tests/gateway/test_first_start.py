@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from server_process import REPO_ROOT, free_port
 
 
@@ -73,6 +74,7 @@ def _tools_list(port: int, data_dir: Path, endpoint: str, token: str) -> int:
     return response.status_code
 
 
+@pytest.mark.slow
 def test_a_busy_port_on_first_start_names_the_port_and_keeps_the_tokens(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     with socket.socket() as busy:

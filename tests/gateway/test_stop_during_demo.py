@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from server_process import REPO_ROOT, free_port
 
 
@@ -50,6 +51,7 @@ def _terminate(process: subprocess.Popen[bytes]) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_first_demo_build_exits_promptly_and_the_next_start_resumes(tmp_path: Path) -> None:
     process, err = _start(tmp_path, 1)
     time.sleep(1.0)  # well inside the build: it takes tens of seconds
