@@ -162,6 +162,21 @@ def test_postgresql_restart_fails_unavailable_then_recovers(index: PgRagIndex, p
         assert len(index.nearest(conn, np.asarray(EMBEDDER.embed(["alpha"])[0]), 3).rows) == 1
 
 
+def test_the_first_call_after_a_long_outage_succeeds(index: PgRagIndex, pgvector_server) -> None:
+    """A call in a 4 s outage fails UNAVAILABLE; once PostgreSQL is back the next call is served.
+    The pool's reconnect attempts back off (1, 2, 4 s ...): unbounded, the first call after the
+    outage waited for an attempt seconds away and failed its 1 s budget."""
+    index.write_batch([doc("a", ["alpha"])])
+    pgvector_server.stop()
+    try:
+        with pytest.raises(Unavailable):
+            index.source_counts()
+        time.sleep(4)  # nobody asks: only the pool's own attempts run, further and further apart
+    finally:
+        pgvector_server.start()
+    assert index.source_counts()[1] == {"docs": 1, "chunks": 1}
+
+
 def test_a_search_after_a_restart_replaces_stale_connections_in_its_first_round_trip(index: PgRagIndex, pgvector_server) -> None:
     """A search skips the pool's separate liveness check: its own first statement is the check,
     so a connection from before a restart is dropped and another taken, and no call fails."""

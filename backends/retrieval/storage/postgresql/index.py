@@ -66,6 +66,11 @@ RESCORE_MIN = 20
 EXACT_SCAN_MAX = 300
 HNSW_EF_SEARCH_MIN = 128  # the graph search keeps at least this many (200k: recall@10 0.929 at 64, 0.982 at 128, 8.0 ms p50)
 POOL_TIMEOUT_S = 1.0  # a call in a PostgreSQL outage fails UNAVAILABLE this soon, well inside rag-timeout_ms
+# psycopg_pool retries a lost connection 1, 2, 4, ... s apart until reconnect_timeout (5 min by
+# default): after a few seconds' outage the next attempt was seconds past PostgreSQL's return, and
+# every call until then failed its POOL_TIMEOUT_S. Given up this soon, the attempt is made again
+# by the next call that asks, at once.
+POOL_RECONNECT_S = 1.0
 SCHEMA_LOCK_KEY = 0x7261_6770_675F_6964  # pg_advisory_xact_lock: instances creating the schema at once
 # rag_chunks' columns as the insert's binary COPY writes them.
 COPY_TYPES = ("text", "text", "int8", "int4", "text", "text", "text", "text", "text", "float8", "int4", "text", "vector")
@@ -154,6 +159,7 @@ class PgRagIndex:
             min_size=1,
             max_size=pool_max,
             timeout=POOL_TIMEOUT_S,
+            reconnect_timeout=POOL_RECONNECT_S,
             kwargs={"connect_timeout": 3, "application_name": "mcp-gateway-rag"},
             configure=_configure_session,
             check=self._check,  # a connection from before a restart is replaced, not handed out
