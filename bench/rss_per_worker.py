@@ -4,7 +4,8 @@ Each configuration runs a real `mcp-gateway serve --workers N` (tests/server_pro
 it with a few calls (20 rag.search_hybrid, 20 get_config), then reads VmRSS and VmHWM of the
 parent and of each worker from /proc, and the summed RSS and PSS of every process of the
 instance's session (`total_*`: with the fork server and resource tracker; `served_*`: the
-supervisor and workers only). Configurations:
+supervisor and workers only), and each process's RSS and PSS with its role (`processes`).
+Configurations:
 
   hash        rag-embedding_provider=hash: no embedding model loaded (what a gateway costs)
   local       the local all-MiniLM-L6-v2 model (the default), empty index
@@ -126,6 +127,12 @@ def measure(name: str, workers: int) -> dict[str, Any]:
             served = {gw.process.pid, *pids}
             every = served | session_pids(gw.process.pid)
             result["helpers"] = {pid: helper_name(pid) for pid in sorted(every - served)}
+            roles = {gw.process.pid: "supervisor" if workers > 1 else "server", **{pid: "worker" for pid in pids}}
+            result["processes"] = [
+                {"pid": pid, "role": roles.get(pid) or result["helpers"][pid], "rss_mib": proc_memory(pid)["VmRSS"]}
+                | {"pss_mib": proc_pss_mib(pid)}
+                for pid in sorted(every)
+            ]
             result["total_rss_mib"] = round(sum(proc_memory(pid)["VmRSS"] for pid in every), 1)
             result["total_pss_mib"] = round(sum(proc_pss_mib(pid) for pid in every), 1)
             # The sums of before issue 30's fork server: the supervisor and the workers only.
