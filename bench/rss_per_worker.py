@@ -127,7 +127,7 @@ def measure(name: str, workers: int) -> dict[str, Any]:
             served = {gw.process.pid, *pids}
             every = served | session_pids(gw.process.pid)
             result["helpers"] = {pid: helper_name(pid) for pid in sorted(every - served)}
-            roles = {gw.process.pid: "supervisor" if workers > 1 else "server", **{pid: "worker" for pid in pids}}
+            roles = {**{pid: "worker" for pid in pids}, gw.process.pid: "supervisor" if workers > 1 else "server"}
             result["processes"] = [
                 {"pid": pid, "role": roles.get(pid) or result["helpers"][pid], "rss_mib": proc_memory(pid)["VmRSS"]}
                 | {"pss_mib": proc_pss_mib(pid)}

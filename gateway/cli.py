@@ -11,7 +11,6 @@ and what each handler adds (ToolHandler.add_cli), e.g. mcp-gateway rag sync [--s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -22,19 +21,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gateway.logs import setup_logging
 from gateway.run_files import DEFAULT_DATA_DIR
+from gateway.supervisor import EXIT_GRACE_S, WORKER_MALLOC_ARENAS, become_supervisor, exit_within, supervisor
 
 log = logging.getLogger("mcp_gateway")
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # httpx logs every request at INFO: noise on a command's stderr and in the gateway's log
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _banner(prepared: Any, *, scheme: str, host: str, port: int, cert: Path | None) -> str:
@@ -104,19 +95,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         MCP_GATEWAY_DATA_DIR=str(data_dir),
         MCP_GATEWAY_WORKERS=str(args.workers),
     )
-    config = tls.ReloadableTLSConfig(
-        "gateway.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=args.workers,
-        ssl_certfile=str(cert) if cert else None,
-        ssl_keyfile=str(key) if key else None,
-        log_level=args.log_level,
-        access_log=False,  # an access log would record ?token= query strings
-        server_header=False,
-        timeout_graceful_shutdown=5,
-    )
+    uvicorn_options = {
+        "host": host,
+        "port": port,
+        "workers": args.workers,
+        "ssl_certfile": str(cert) if cert else None,
+        "ssl_keyfile": str(key) if key else None,
+        "log_level": args.log_level,
+        "access_log": False,  # an access log would record ?token= query strings
+        "server_header": False,
+        "timeout_graceful_shutdown": 5,
+    }
+    config = tls.ReloadableTLSConfig("gateway.app:create_app", factory=True, **uvicorn_options)
     busy = _cannot_listen(host, port)
     if busy:
         print(
@@ -156,12 +146,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.assembly import prepare_backends
 
     prepare_backends(data_dir)  # before any worker opens them
-    for cls in handler_classes():  # jobs the parent runs beside the workers (the demo corpus on first start)
-        cls.before_serve(args, data_dir=data_dir, store=prepared.store, first_start=prepared.fresh)
+    jobs = [  # what the parent runs beside the workers (the model they share, the demo corpus's sync)
+        job
+        for cls in handler_classes()
+        for job in cls.before_serve(args, data_dir=data_dir, store=prepared.store, first_start=prepared.fresh)
+    ]
 
     from gateway.reload import certificate_identity, reload_from_disk
 
     certificate = {"served": certificate_identity(data_dir, runtime)}
+    if args.workers > 1 and not runtime.var("mcp-metrics_port"):
+        # The supervisor needs none of the app this process imported to get here: it becomes
+        # a lean one (gateway/supervisor.py; same pid). The metrics port serves the app's
+        # collectors, so with it this process supervises as it is.
+        spec = {
+            "data_dir": str(data_dir),
+            "log_level": args.log_level,
+            "uvicorn": {**uvicorn_options, "port": bound_port},
+            "state_files": [str(state_file), str(run_file)],
+            "certificate": certificate["served"],
+            "environ": environ,
+        }
+        become_supervisor(spec, listening=sock, jobs=jobs)
+    for job in jobs:
+        job.run()
 
     def reload() -> None:  # SIGHUP: gateway/reload.py
         try:
@@ -180,7 +188,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             # Read by glibc as each worker starts (the parent's own heap is set up already).
             os.environ.setdefault("MALLOC_ARENA_MAX", WORKER_MALLOC_ARENAS)
 
-            _supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
+            supervisor(config, [sock], on_hup=reload, restarts=worker_restarts_counter()).run()
         else:
             # One process serves: reload in a thread (the event loop keeps serving). Without a
             # handler, SIGHUP's default action would end the process.
@@ -189,36 +197,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         state_file.unlink(missing_ok=True)
         run_file.unlink(missing_ok=True)
-        _exit_within(EXIT_GRACE_S)
+        exit_within(EXIT_GRACE_S)
     return 0
-
-
-EXIT_GRACE_S = 3.5
-# glibc gives each thread that allocates an arena of its own (up to 8 per core) and keeps what was
-# freed in each: a worker's threads (event loop, tool threads, pools) held ~13 MiB more RSS per
-# worker with the default than with 2 (issue 30, bench/rss_per_worker.py). An operator's own
-# MALLOC_ARENA_MAX is kept.
-WORKER_MALLOC_ARENAS = "2"
-# What the fork server imports once before it forks each worker (gateway/worker_preload.py).
-WORKER_PRELOAD = ("gateway.worker_preload",)
-
-
-def _exit_within(seconds: float) -> None:
-    """Exit 0 at most `seconds` after serving stopped. Background work the handlers started in
-    this process (the demo corpus sync) stops at its next batch through its exit hooks; a
-    thread still inside one long call (a model embedding a batch) is not waited for: what it
-    committed stays, and the next start resumes after it."""
-
-    def force() -> None:
-        log.warning("background work still running %.1f s after the server stopped: exiting without it", seconds)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(0)
-
-    timer = threading.Timer(seconds, force)
-    timer.daemon = True
-    timer.start()
 
 
 def _cannot_listen(host: str, port: int) -> str | None:
@@ -236,60 +216,6 @@ def _cannot_listen(host: str, port: int) -> str | None:
         except OSError as exc:
             return exc.strerror or str(exc)
     return None
-
-
-def _supervisor(config: Any, sockets: list[Any], *, on_hup: Any, restarts: Any) -> Any:
-    """uvicorn's worker supervisor, with two changes: SIGHUP reloads from disk instead of
-    restarting every worker (a restart would drop the in-memory ANN index and cached pools),
-    and each worker it replaces is counted in mcp_gateway_worker_restarts_total."""
-    from uvicorn.supervisors import Multiprocess
-
-    _fork_workers_from_server(WORKER_PRELOAD)
-
-    class _Supervisor(Multiprocess):
-        def handle_hup(self) -> None:
-            log.info("Received SIGHUP: reloading certificates and every module from disk")
-            on_hup()
-
-        def keep_subprocess_alive(self) -> None:
-            before = list(self.processes)
-            super().keep_subprocess_alive()
-            replaced = sum(1 for old, new in zip(before, self.processes) if old is not new)
-            if replaced:
-                restarts.inc(replaced)
-
-    return _Supervisor(config, sockets)
-
-
-def _fork_workers_from_server(preload: tuple[str, ...]) -> None:
-    """Start uvicorn's workers from a multiprocessing fork server instead of "spawn".
-
-    Spawned, each worker is a fresh interpreter that imports everything again (~100 MiB of
-    modules per worker). The fork server is one process, started when the first worker is (after
-    every environment variable the workers need is set), that imports `preload` once and forks
-    each worker, the first ones and every replacement alike: the imported pages are shared
-    copy-on-write between the workers. Summed RSS counts shared pages in every process, so it
-    does not fall (and the fork server adds a process); PSS, what the machine really holds, does
-    (issue 30). The supervisor itself (threads: the embedding service, the demo build) is never
-    forked. uvicorn offers no hook for the start method: its module-level `get_subprocess`, which
-    it calls for each worker, is replaced with one that uses the fork server's context."""
-    import multiprocessing
-
-    from uvicorn import _subprocess
-    from uvicorn.supervisors import multiprocess
-
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(preload))
-
-    def get_subprocess(config: Any, target: Any, sockets: list[Any]) -> Any:  # as uvicorn's, another context
-        try:
-            stdin_fileno: int | None = sys.stdin.fileno()
-        except (AttributeError, OSError):
-            stdin_fileno = None
-        kwargs = {"config": config, "target": target, "sockets": sockets, "stdin_fileno": stdin_fileno}
-        return context.Process(target=_subprocess.subprocess_started, kwargs=kwargs)
-
-    multiprocess.get_subprocess = get_subprocess
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
@@ -511,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command(argv)
     args = build_parser(with_handlers=command is not None and command not in LIGHT_COMMANDS).parse_args(argv)
-    _setup_logging(args.log_level)
+    setup_logging(args.log_level)
     return args.func(args)
 
 

@@ -133,3 +133,19 @@ def certificate_identity(data_dir: Path, runtime: Runtime) -> str:
         return tls.describe_certificate(cert_path)
     except (OSError, ValueError) as exc:
         return f"unreadable ({exc})"
+
+
+def reload_child() -> None:
+    """SIGHUP in the lean supervisor of several workers (gateway/supervisor.py), which holds no
+    config store: steps 1-3 in this child process (argv: data directory, the certificate served
+    before, log level), which prints what it serves now as JSON. Its environment is the one the
+    gateway started with, so MCP_GATEWAY_<NAME> overrides apply again."""
+    import sys
+
+    from gateway.assembly import open_store  # the whole app's variables and modules: in this child only
+    from gateway.logs import setup_logging
+
+    data_dir, certificate_before, log_level = sys.argv[1:4]
+    setup_logging(log_level)
+    report = reload_from_disk(open_store(Path(data_dir)), os.environ, certificate_before=certificate_before)
+    print(json.dumps({"certificate_now": report.certificate_now}))

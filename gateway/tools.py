@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from gateway.runtime import Runtime
     from gateway.services import Services
     from gateway.store import ConfigStore
+    from gateway.supervisor import SupervisorJob
 
 log = logging.getLogger("mcp_gateway.tools")
 
@@ -338,8 +339,14 @@ class ToolHandler:
         """Add options of `mcp-gateway serve` that concern this endpoint."""
 
     @classmethod
-    def before_serve(cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool) -> None:
-        """Start what the serving parent process runs beside the workers (e.g. a first-start job)."""
+    def before_serve(
+        cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool
+    ) -> list[SupervisorJob]:
+        """What the serving parent process runs beside the workers (e.g. a first-start job). With
+        --workers 1 start it here and return []; with more, return it as jobs: the parent then
+        becomes a lean supervisor (exec: a thread started here would not survive) that imports
+        each job's module and runs it (gateway/supervisor.py)."""
+        return []
 
     @classmethod
     def scrape_collectors(cls, data_dir: Path, runtime: Callable[[], Runtime]) -> list[Any]:

@@ -19,12 +19,13 @@ from typing import Any, ClassVar
 
 import anyio
 
+from backends.retrieval import embeddings
 from backends.retrieval.build_status import BuildWatch
 from backends.retrieval.data_files import RAG_DATA_FILES
 from backends.retrieval.embeddings import index_embedding_config, make_embedder
 from backends.retrieval.embeddings.queries import QueryVectors
-from backends.retrieval.embeddings.shared import serve_to_workers
-from backends.retrieval.ingest.demo import start_demo_in_background
+from backends.retrieval.ingest import demo
+from backends.retrieval.ingest.demo import demo_to_sync, start_demo_in_background
 from backends.retrieval.ingest.jobs import JobManager
 from backends.retrieval.ingest.reconcile import apply_source_changes, source_states
 from backends.retrieval.ingest.sources_config import RAG_SOURCES_MODULE
@@ -43,6 +44,7 @@ from gateway.resource_tools import ResourceTools
 from gateway.runtime import Runtime
 from gateway.services import Services
 from gateway.store import ConfigModule, ConfigStore
+from gateway.supervisor import SupervisorJob
 from gateway.tools import ToolHandler
 from gateway.variables import Variable
 from handlers.rag.cli import add_commands
@@ -142,14 +144,23 @@ class RagHandler(ToolHandler):
         serve.add_argument("--no-demo", action="store_true", help="do not build the demo corpus on first start")
 
     @classmethod
-    def before_serve(cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool) -> None:
+    def before_serve(
+        cls, args: argparse.Namespace, *, data_dir: Path, store: ConfigStore, first_start: bool
+    ) -> list[SupervisorJob]:
         """The demo corpus: built on first start, synced in the background beside the workers."""
-        if getattr(args, "workers", 1) > 1 and store.read_runtime().var("rag-embedding_provider") == "local":
-            # One model for the instance: the workers embed through the supervisor (and the demo
-            # build below uses the same loaded sessions), instead of one model per worker.
-            serve_to_workers(make_embedder(index_embedding_config(store.read_runtime())))
-        if not args.no_demo:
-            start_demo_in_background(data_dir, store=store, first_start=first_start)
+        if getattr(args, "workers", 1) <= 1:
+            if not args.no_demo:
+                start_demo_in_background(data_dir, store=store, first_start=first_start)
+            return []
+        jobs = []
+        runtime = store.read_runtime()
+        if runtime.var("rag-embedding_provider") == "local":
+            # One model for the instance: the workers (and the demo sync) embed through the
+            # supervisor, instead of one model per worker.
+            jobs.append(SupervisorJob(f"{embeddings.__name__}:serve_model", {"config": index_embedding_config(runtime)}))
+        if not args.no_demo and demo_to_sync(data_dir, store=store, first_start=first_start):
+            jobs.append(SupervisorJob(f"{demo.__name__}:sync_in_child", {"data_dir": str(data_dir)}))
+        return jobs
 
     @classmethod
     def scrape_collectors(cls, data_dir: Path, runtime: Callable[[], Any]) -> list[Any]:

@@ -23,7 +23,7 @@ from backends.retrieval.embeddings.cache import QueryEmbeddingCache
 from backends.retrieval.embeddings.hashing import HashEmbedder
 from backends.retrieval.embeddings.local import BATCH_TOKEN_BUDGET, LOCAL_DIM, LOCAL_MODEL_NAME, LocalEmbedder
 from backends.retrieval.embeddings.remote import RemoteEmbedder
-from backends.retrieval.embeddings.shared import SharedEmbedder, shared_socket
+from backends.retrieval.embeddings.shared import SharedEmbedder, serve_to_workers, shared_socket
 from backends.retrieval.protocols import Embedder
 from gateway.errors import ConfigError
 
@@ -104,6 +104,15 @@ def make_embedder(config: Mapping[str, Any]) -> Embedder:
         max_retries=_int_setting(config, "max_retries", 2, _MAX_RETRIES_RANGE),
         backoff_ms=_int_setting(config, "backoff_ms", 200, _BACKOFF_MS_RANGE),
     )
+
+
+def serve_model(config: dict[str, Any]) -> None:
+    """The supervisor's job with several workers (RagHandler.before_serve): the local model that
+    `config` describes, served to the workers and to the demo sync's child (shared.py)."""
+    embedder = make_embedder(config)
+    if not isinstance(embedder, LocalEmbedder):
+        raise ConfigError("only the local embedding model is served to the workers")
+    serve_to_workers(embedder)
 
 
 def _int_setting(config: Mapping[str, Any], key: str, default: int | None, bounds: tuple[int, int]) -> int | None:

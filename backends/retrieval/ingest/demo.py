@@ -306,26 +306,57 @@ def demo_needs_sync(data_dir: Path) -> bool:
     return not done
 
 
-def start_demo_in_background(
-    data_dir: Path, *, store: ConfigStore, first_start: bool, progress: bool = True
-) -> threading.Thread | None:
-    """First start: build and register the demo, then sync it in a background thread (progress
-    bar on stderr) while the server starts. Later starts resume a sync that never finished."""
+def demo_to_sync(data_dir: Path, *, store: ConfigStore, first_start: bool) -> bool:
+    """First start: build and register the demo. True when its sync is to run now (a first
+    start, or a later one resuming a sync that never finished)."""
     data_dir = Path(data_dir)
     if store.cluster is not None or storage.shares_index(store.read_runtime()):
         # The demo is one machine's quick start: its corpus is a file in this data directory,
         # which a cluster's other instances (and a shared index) cannot read.
         log.info("no demo corpus: this gateway shares its configuration or its RAG index")
-        return None
+        return False
     if first_start:
         try:
             ensure_demo(data_dir, store)
         except Exception:  # the demo is a convenience: never stop the server from starting
             log.exception("could not set up the demo corpus")
-            return None
-    elif not (data_dir / CORPUS_FILE).exists() or not demo_needs_sync(data_dir):
-        return None
-    if not demo_needs_sync(data_dir):
+            return False
+    elif not (data_dir / CORPUS_FILE).exists():
+        return False
+    return demo_needs_sync(data_dir)
+
+
+def sync_in_child(data_dir: str) -> None:
+    """The supervisor's job with several workers (RagHandler.before_serve): the demo sync as
+    `mcp-gateway rag sync` in a child process, which embeds through the supervisor's model
+    (MCP_GATEWAY_EMBED_SOCKET) and takes the app's imports away with it when it is done.
+    Stopped (SIGTERM) when the supervisor exits: what it committed stays, the next start resumes."""
+    import atexit
+    import subprocess
+
+    from gateway.supervisor import python_command
+
+    code = "from gateway.cli import main; sys.exit(main())"
+    command = python_command(code) + ["rag", "sync", "--source", SOURCE_NAME, "--data-dir", data_dir]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # its progress bar goes to stderr, as in a thread
+    atexit.register(child.terminate)
+
+    def wait() -> None:
+        code = child.wait()
+        if code not in (0, -15):  # -15: stopped with the supervisor
+            log.warning(
+                "demo corpus sync did not finish (exit %d); `mcp-gateway rag sync --source %s` retries", code, SOURCE_NAME
+            )
+
+    threading.Thread(target=wait, name="rag-demo-sync", daemon=True).start()
+
+
+def start_demo_in_background(
+    data_dir: Path, *, store: ConfigStore, first_start: bool, progress: bool = True
+) -> threading.Thread | None:
+    """First start: build and register the demo, then sync it in a background thread (progress
+    bar on stderr) while the server starts. Later starts resume a sync that never finished."""
+    if not demo_to_sync(data_dir, store=store, first_start=first_start):
         return None
 
     def sync() -> None:
