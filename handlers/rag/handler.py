@@ -24,8 +24,8 @@ from backends.retrieval.build_status import BuildWatch
 from backends.retrieval.data_files import RAG_DATA_FILES
 from backends.retrieval.embeddings import index_embedding_config, make_embedder
 from backends.retrieval.embeddings.queries import QueryVectors
-from backends.retrieval.ingest import demo
-from backends.retrieval.ingest.demo import demo_to_sync, start_demo_in_background
+from backends.retrieval.ingest import demo_child
+from backends.retrieval.ingest.demo import SOURCE_NAME, demo_to_sync, start_demo_in_background
 from backends.retrieval.ingest.jobs import JobManager
 from backends.retrieval.ingest.reconcile import apply_source_changes, source_states
 from backends.retrieval.ingest.sources_config import RAG_SOURCES_MODULE
@@ -159,7 +159,7 @@ class RagHandler(ToolHandler):
             # supervisor, instead of one model per worker.
             jobs.append(SupervisorJob(f"{embeddings.__name__}:serve_model", {"config": index_embedding_config(runtime)}))
         if not args.no_demo and demo_to_sync(data_dir, store=store, first_start=first_start):
-            jobs.append(SupervisorJob(f"{demo.__name__}:sync_in_child", {"data_dir": str(data_dir)}))
+            jobs.append(SupervisorJob(f"{demo_child.__name__}:sync_in_child", {"data_dir": str(data_dir), "source": SOURCE_NAME}))
         return jobs
 
     @classmethod

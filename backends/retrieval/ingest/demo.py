@@ -326,31 +326,6 @@ def demo_to_sync(data_dir: Path, *, store: ConfigStore, first_start: bool) -> bo
     return demo_needs_sync(data_dir)
 
 
-def sync_in_child(data_dir: str) -> None:
-    """The supervisor's job with several workers (RagHandler.before_serve): the demo sync as
-    `mcp-gateway rag sync` in a child process, which embeds through the supervisor's model
-    (MCP_GATEWAY_EMBED_SOCKET) and takes the app's imports away with it when it is done.
-    Stopped (SIGTERM) when the supervisor exits: what it committed stays, the next start resumes."""
-    import atexit
-    import subprocess
-
-    from gateway.supervisor import python_command
-
-    code = "from gateway.cli import main; sys.exit(main())"
-    command = python_command(code) + ["rag", "sync", "--source", SOURCE_NAME, "--data-dir", data_dir]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # its progress bar goes to stderr, as in a thread
-    atexit.register(child.terminate)
-
-    def wait() -> None:
-        code = child.wait()
-        if code not in (0, -15):  # -15: stopped with the supervisor
-            log.warning(
-                "demo corpus sync did not finish (exit %d); `mcp-gateway rag sync --source %s` retries", code, SOURCE_NAME
-            )
-
-    threading.Thread(target=wait, name="rag-demo-sync", daemon=True).start()
-
-
 def start_demo_in_background(
     data_dir: Path, *, store: ConfigStore, first_start: bool, progress: bool = True
 ) -> threading.Thread | None:
