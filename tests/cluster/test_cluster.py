@@ -2,7 +2,8 @@
 (mcp-cluster_dsn) and the RAG index (rag-backend = postgresql) live there.
 
 A change made through instance 1 (a rotated token, a new target) is served by instances 2 and 3
-within a second; get_status shows the members and who lags; a sync run through instance 2 is
+within a second; get_status shows the members and who lags; SIGHUP to the member with two workers
+(its lean supervisor reloads in a child) loads the cluster's disk layer for every instance; a sync run through instance 2 is
 searchable on 1 and 3 with identical results; a PostgreSQL restart is survived by every instance
 without restarting it; instance 1 SIGKILLed mid-sync, the sync rerun through 3 gives exact counts.
 The tests run in order on one cluster (module-scoped: three gateways start once).
@@ -183,6 +184,34 @@ def test_status_shows_members_versions_and_laggards(cluster) -> None:
     finally:
         os.killpg(gateways[2].process.pid, signal.SIGCONT)
     wait_until(lambda: not cluster_status()["laggards"], 5.0)
+
+
+def test_sighup_on_a_member_with_two_workers_reloads_the_clusters_disk_layer(cluster) -> None:
+    """With several workers the supervisor holds no config store: SIGHUP reloads in a child
+    (gateway/supervisor.py) that must open the store attached to the cluster. A change saved to
+    the cluster's disk layer through gw1 (not loaded) becomes every instance's runtime after
+    SIGHUP to gw2, the member with two workers."""
+    gateways, clients = cluster.gateways, cluster.clients
+
+    def timeout_ms(i: int) -> str:
+        result = call_tool(clients[i], gateways[i], "config", "get_config", {"variable_name": "mcp-timeout_ms"})
+        return str(result["structuredContent"]["value"])
+
+    wait_until(lambda: len({timeout_ms(i) for i in range(3)}) == 1, 5.0)  # the instances agree
+    served = {timeout_ms(i) for i in range(3)}
+    assert served != {"23456"}
+    admin(gateways[0], clients[0], "SET mcp-timeout_ms = 23456")
+    admin(gateways[0], clients[0], "SAVE MCP VARIABLES TO DISK")
+    time.sleep(0.5)
+    assert {timeout_ms(i) for i in range(3)} == served  # saved, not loaded: nobody serves it yet
+    log_before = gateways[1].log_path.stat().st_size
+    os.kill(gateways[1].process.pid, signal.SIGHUP)
+    for i in range(3):
+        wait_until(lambda i=i: timeout_ms(i) == "23456", 15.0)
+    with open(gateways[1].log_path, "rb") as log:
+        log.seek(log_before)
+        reloaded = log.read().decode(errors="replace")
+    assert "SIGHUP: reloaded from disk" in reloaded and "reloading from disk failed" not in reloaded
 
 
 # -- the RAG index on PostgreSQL, shared by the cluster --------------------------------------------
