@@ -85,11 +85,8 @@ def _rows_text(rows: list[list[Any]] | list[tuple[Any, ...]]) -> list[str]:
     a time: a column's values mostly share one type, so one C-level pass (`map`, `join`) renders
     the whole column instead of a Python expression per value (instructions per text: a 10-hit
     RAG search answer -47%, a 100-row result -38%; bench/README.md)."""
-    if len(rows) < COLUMNS_FROM_ROWS:
+    if len(rows) < COLUMNS_FROM_ROWS or not rows[0] or len(set(map(len, rows))) != 1:  # few rows, no columns, ragged
         return _rows_by_value(rows)
-    width = len(rows[0])
-    if not width or len(set(map(len, rows))) != 1:  # no columns, or ragged rows
-        return ["\t".join([cell(v) for v in row]) for row in rows]
     return list(map("\t".join, zip(*map(_cells, zip(*rows)))))
 
 

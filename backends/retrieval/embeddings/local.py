@@ -122,14 +122,6 @@ _BATCH_LAST_USED: dict[_Key, float] = {}
 _release_timer: threading.Timer | None = None
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _load(model_path: Path, expected_sha256: str, intra_op_threads: int, *, arena: bool = True) -> _LoadedModel:
     """Load once per process and path (the session is ~25 MB of weights: one copy is plenty)."""
     key = (str(model_path), expected_sha256, intra_op_threads)

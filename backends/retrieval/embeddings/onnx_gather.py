@@ -5,7 +5,7 @@ The local model stores each weight as int8 plus a scale and dequantizes it in th
 constant expression when it builds the session, so the 30,522 x 384 word embeddings sit in memory
 as 45 MB of float32 instead of 11 MB of int8, for the few rows a batch looks up. This rewrites
 the graph to `Mul(Cast(Gather(table_q, ids)), Gather(scale, ids))`: the same multiplications on
-the same values, so the vectors are bit-identical (tests/rag/test_embeddings_local.py), and the
+the same values, so the vectors are bit-identical (tests/retrieval/test_embedding_memory.py), and the
 session is ~34 MiB smaller (bench/README.md, issue 30).
 
 The model is edited as protobuf wire format (field numbers from onnx.proto3), so no `onnx`
