@@ -22,6 +22,7 @@ an unreachable host at most the pool timeout.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -34,6 +35,7 @@ from typing import Any
 from backends.targets import Target, identity_variants, targets_from_runtime
 from gateway.call import Caller
 from gateway.errors import GatewayError, NotFound, Unavailable
+from gateway.loop_io import WouldBlock
 from gateway.runtime import Runtime
 
 log = logging.getLogger("mcp_gateway.pools")
@@ -92,7 +94,17 @@ class BoundedPool:
         self._closed = False
         self._cond = threading.Condition()
 
-    def getconn(self) -> Any:
+    def getconn(self, *, block: bool = True) -> Any:
+        """A connection: an idle one (pinged if it idled too long), else a new one, waiting up to
+        timeout_s for a free slot. With block=False only an idle one that needs no ping, else
+        WouldBlock (a call on the event loop then takes a thread: gateway/loop_io.py)."""
+        if not block:
+            with self._cond:
+                if self._closed:
+                    raise PoolClosed()
+                if not self._idle or self.health.needs_ping(self._idle[-1][1]):
+                    raise WouldBlock()
+                return self._idle.pop()[0]
         deadline = time.monotonic() + self.timeout_s
         while True:
             conn, returned_at = self._reserve(deadline)
@@ -184,8 +196,8 @@ class _TargetPool:
         ping: Callable[[Any], None] = lambda conn: engine.ping(conn, target, timeout_s=timeout_s)  # noqa: E731
         self.pool = BoundedPool(connect, ping, self.health, max_size=max_size, timeout_s=timeout_s)
 
-    def getconn(self) -> Any:
-        conn = self.pool.getconn()
+    def getconn(self, *, block: bool = True) -> Any:
+        conn = self.pool.getconn(block=block)
         self.engine.borrowed(conn, self.target)
         return conn
 
@@ -248,6 +260,7 @@ class TargetPools:
         self._variants: dict[str, Target] = {}
         self._settings: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
         self._default = ""
+        self._loop_gates: dict[str, asyncio.Semaphore] = {}
         self.update(runtime)
 
     def update(self, runtime: Runtime) -> None:
@@ -263,6 +276,8 @@ class TargetPools:
             self._targets, self._skipped, self._settings = targets, skipped, settings
             self._identity_rules, self._variants = rules, keyed
             self._default = str(runtime.variables.get("mcp-query_default_target", "") or "")
+            if old:  # new pools, new sizes: the calls queued on the old gates still get their turn
+                self._loop_gates = {}
         for pool in old:
             pool.close()
 
@@ -306,6 +321,16 @@ class TargetPools:
                 return variant
         return target
 
+    def loop_gate(self, target: Target) -> asyncio.Semaphore:
+        """For statements run on the event loop (gateway/loop_io.py): at most the pool's size of
+        them hold a connection of this target at once; the others wait on the loop, not in a
+        thread. Called on the loop's thread only (a worker has one loop)."""
+        key = self._key(target)
+        gate = self._loop_gates.get(key)
+        if gate is None:
+            gate = self._loop_gates[key] = asyncio.Semaphore(max(1, self._settings[0]))
+        return gate
+
     def _key(self, target: Target) -> str:
         """The pool of a target: its id, or for a per-user account "<target_id>\x00<auth_profile_id>"."""
         if self._targets.get(target.target_id) is target:
@@ -330,10 +355,13 @@ class TargetPools:
             return pool
 
     @contextmanager
-    def connection(self, target_id: str | None, caller: Caller | None = None) -> Iterator[tuple[Target, Any]]:
+    def connection(
+        self, target_id: str | None, caller: Caller | None = None, *, block: bool = True
+    ) -> Iterator[tuple[Target, Any]]:
         """Borrow a connection of the target (None: the default) for one call; with a `caller`,
-        of the account mcp_identity_profiles gives it (resolve_for)."""
-        target, pool, conn = self._borrow(target_id, caller)
+        of the account mcp_identity_profiles gives it (resolve_for). block=False: an idle one
+        ready for use or WouldBlock (BoundedPool.getconn)."""
+        target, pool, conn = self._borrow(target_id, caller, block)
         try:
             yield target, conn
         except GatewayError:
@@ -346,21 +374,21 @@ class TargetPools:
         finally:
             pool.putconn(conn)
 
-    def _borrow(self, target_id: str | None, caller: Caller | None = None) -> tuple[Target, _TargetPool, Any]:
+    def _borrow(self, target_id: str | None, caller: Caller | None, block: bool) -> tuple[Target, _TargetPool, Any]:
         for _attempt in range(2):  # a LOAD may close the pool we picked: then take the new one
             target = self.resolve_for(target_id, caller)
             try:
                 pool = self._pool(target)
-                return target, pool, self._getconn(target, pool)
+                return target, pool, self._getconn(target, pool, block)
             except PoolClosed:
                 continue
         raise Unavailable(f"target {target.target_id} is being reconfigured; retry")
 
     @staticmethod
-    def _getconn(target: Target, pool: _TargetPool) -> Any:
+    def _getconn(target: Target, pool: _TargetPool, block: bool) -> Any:
         try:
-            return pool.getconn()
-        except PoolClosed:
+            return pool.getconn(block=block)
+        except (PoolClosed, WouldBlock):
             raise
         except PoolTimeout:
             pool.health.timed_out()

@@ -23,7 +23,7 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from backends.targets import Target
 from gateway.call import CallContext, Caller
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
 from gateway.evidence import EvidenceRecorder
+from gateway.loop_io import WouldBlock, run_on_loop
 from gateway.runtime import Runtime
 from gateway.store import ConfigStore
 from gateway.variables import Variable
@@ -205,16 +206,28 @@ class ReadOnlySql:
             self.flush_due()
 
     def inline_ok(self, runtime: Runtime, target_id: str | None, sql_chars: int, cache: str = "use") -> bool:
-        """Whether `prepare` and `answer_early` are worth running on the event loop: the cache is
-        a local file (a lookup never waits on the network), could apply to this target, and the
-        statement is short enough that checking it the first time does not stall the loop."""
-        if self.cache is None or not self.cache.local or cache != "use" or sql_chars > INLINE_SQL_CHARS:
+        """Whether `prepare` and `answer_early` are worth running on the event loop: the statement
+        is short enough that checking it the first time does not stall the loop, a cache that
+        could apply is a local file (a lookup never waits on the network), and either the
+        result may be cached or the engine executes on the loop as well (`loop_ok`)."""
+        if sql_chars > INLINE_SQL_CHARS:
             return False
         try:
             target = self.targets.resolve(target_id)
         except GatewayError:
             return False  # the thread path answers with the error
-        return target.cache_ttl_ms > 0 or self._ruleset(runtime).caches
+        caches = self.cache is not None and (target.cache_ttl_ms > 0 or self._ruleset(runtime).caches)
+        if caches and not self.cache.local:
+            return False
+        return target.engine.executes_on_loop(target) or (caches and cache == "use")
+
+    def loop_ok(self, prepared: Prepared) -> bool:
+        """Whether `execute(prepared, block=False)` may run on the event loop (gateway/loop_io.py):
+        the engine waits only through the loop, and what else it does never waits on the network
+        (a result to keep goes to a local cache file). EXPLAIN asks the server first: a thread."""
+        cache_local = prepared.cache_key is None or self.cache is None or self.cache.local
+        target = prepared.target
+        return target.engine.executes_on_loop(target) and cache_local and not prepared.explain
 
     def prepare(self, ctx: CallContext, statement: Statement) -> Prepared:
         """Resolve the target, apply the rules, check the statement: raises what refuses it."""
@@ -309,12 +322,28 @@ class ReadOnlySql:
         prepared.stats["digest"] = self._record(prepared, (time.perf_counter() - looked_up) * 1e6)
         return _answer(prepared, result)
 
-    def execute(self, prepared: Prepared) -> dict[str, Any]:
-        """Run the prepared statement on the database (blocking), and keep its result if due."""
+    async def execute_from_loop(self, prepared: Prepared, in_thread: Callable[..., Awaitable[Any]]) -> dict[str, Any]:
+        """`execute` from the event loop: on the loop itself when it never blocks there
+        (`loop_ok`), at most the pool's size of such calls per target at once, the others queued
+        on the loop; in a thread (`in_thread`) otherwise, or when no pooled connection is ready
+        (the pool still filling, a ping due). The thread hop cost more CPU per call than the
+        driver itself (issue 30)."""
+        if not self.loop_ok(prepared):
+            return await in_thread(self.execute, prepared)
+        async with self.targets.loop_gate(prepared.target):
+            try:
+                return await run_on_loop(self.execute, prepared, False)
+            except WouldBlock:  # raised before anything was sent
+                return await in_thread(self.execute, prepared)
+
+    def execute(self, prepared: Prepared, block: bool = True) -> dict[str, Any]:
+        """Run the prepared statement on the database (blocking), and keep its result if due.
+        block=False (on the event loop, `loop_ok`): WouldBlock before anything is sent when no
+        pooled connection is ready without waiting."""
         target, checked, explain = prepared.target, prepared.checked, prepared.explain
         assert checked is not None, "a prepared statement without a checked text is answered early"
         stats = prepared.stats
-        with self.targets.connection(target.target_id, prepared.caller) as (target, conn):
+        with self.targets.connection(target.target_id, prepared.caller, block=block) as (target, conn):
             engine = target.engine
             text = engine.explain_prefix(conn, analyze=explain == "analyze") + checked.sql if explain else checked.sql
             values = None

@@ -3,7 +3,7 @@ and DBHub (Node), both installed from npm at pinned versions into bench/out/peer
 
     python bench/peers.py --json bench/out/peers.json [--rounds 3] [--calls 200]
         [--baseline-tree /tmp/base]    # also a gateway running another checkout, same rounds
-        [--floor]                     # also bench/python_floor.py: the least a Python server does
+        [--floor]                     # also bench/python_floor.py (threads; asyncio drivers): the least a Python server does
         [--plain-http]                # also the gateway without TLS, as the peers are served
 
 One MariaDB and one PostgreSQL database with a ROWS-row table `items` (id, name, email, amount
@@ -282,19 +282,20 @@ def start_toolbox(tmp: Path, name: str, password: str) -> Server:
     return Server("toolbox", process, Endpoint(port=port, path="/mcp", token="", ca_path=""), tools)
 
 
-def start_python_floor(tmp: Path, name: str, password: str) -> Server:
+def start_python_floor(tmp: Path, name: str, password: str, io: str = "thread") -> Server:
     tmp.mkdir()
     port = free_port()
     log = tmp / "floor.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "bench" / "python_floor.py"), "--port", str(port), "--database", name,
-             "--user", name, "--password", password],
+             "--user", name, "--password", password, "--io", io],
             cwd=tmp, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     wait_port(port, process, log)
     tools = {engine: ("sql", {"target_id": engine}) for engine in ENGINES}
-    return Server("python_floor", process, Endpoint(port=port, path="/mcp", token="", ca_path=""), tools)
+    label = "python_floor" if io == "thread" else f"python_floor_{io}"
+    return Server(label, process, Endpoint(port=port, path="/mcp", token="", ca_path=""), tools)
 
 
 def start_dbhub(tmp: Path, name: str, password: str) -> Server:
@@ -509,7 +510,9 @@ def main() -> None:
         "--plain-http", action="store_true", help="also the gateway over plain HTTP, as Toolbox and DBHub are served here"
     )
     parser.add_argument(
-        "--floor", action="store_true", help="also bench/python_floor.py: HTTP, JSON and the driver in Python, nothing else"
+        "--floor",
+        action="store_true",
+        help="also bench/python_floor.py, with threads and with asyncio drivers: HTTP, JSON and the driver in Python, nothing else",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -529,6 +532,7 @@ def main() -> None:
             servers["gateway_http"] = start_gateway("gateway_http", tmp / "gateway_http", name, password, REPO_ROOT, tls=False)
         if args.floor:
             servers["python_floor"] = start_python_floor(tmp / "python_floor", name, password)
+            servers["python_floor_async"] = start_python_floor(tmp / "python_floor_async", name, password, io="async")
         servers["toolbox"] = start_toolbox(tmp / "toolbox", name, password)
         servers["dbhub"] = start_dbhub(tmp / "dbhub", name, password)
         settled_s = settle(servers)

@@ -264,6 +264,11 @@ class Engine(Protocol):
     # -- transaction-local settings and who is connected (backends/sql.py, backends/callers.py) --
     local_settings: bool  # execute(settings=...) and settings_scope set them (PostgreSQL)
 
+    def executes_on_loop(self, target: TargetSettings) -> bool:
+        """Whether `execute` on this target's pooled connections waits only through
+        gateway/loop_io.wait_socket, so it may run on the event loop (backends/sql.py)."""
+        ...
+
     def settings_scope(self, conn: Any, settings: Mapping[str, str]) -> AbstractContextManager[None]:
         """A read-only transaction holding `settings` for reads outside `execute`
         (rag.fetch_from_source), ended whatever happens; engines without local settings refuse any."""

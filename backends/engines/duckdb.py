@@ -706,6 +706,10 @@ class DuckDB:
     local_settings = False
 
     @staticmethod
+    def executes_on_loop(target: TargetSettings) -> bool:
+        return False  # execute waits inside the driver: it runs in a worker thread
+
+    @staticmethod
     def session_id(conn: Any) -> int | None:
         return None  # an embedded database: no server-side session to name
 

@@ -25,9 +25,11 @@ import contextlib
 import datetime
 import functools
 import hashlib
+import io
 import json
 import math
 import re
+import socket
 import ssl
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,6 +59,7 @@ from backends.engines.base import (
 from backends.engines.catalog import Table, add_key, empty_constraints, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
 from backends.engines.profiling import Profiling
+from gateway import loop_io
 from gateway.errors import (
     BadValue,
     Cancelled,
@@ -220,6 +223,9 @@ def connect_session(
     if conn.client_flag & CLIENT.MULTI_STATEMENTS:  # pragma: no cover - a pymysql default change
         conn.close()
         raise RuntimeError("pymysql enabled MULTI_STATEMENTS")
+    if not conn._secure:  # plain TCP: its reads may wait on the event loop (executes_on_loop)
+        conn._rfile.close()
+        conn._rfile = io.BufferedReader(_LoopWaitingSocketIO(conn._sock, "rb"))
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION READ ONLY")
         if _is_mariadb(conn):
@@ -227,6 +233,29 @@ def connect_session(
         else:
             cur.execute("SET SESSION max_execution_time = %s", (target.timeout_ms,))
     return conn
+
+
+class _LoopWaitingSocketIO(socket.SocketIO):
+    """pymysql's reads of a pooled session (its `_rfile`, all its waits for the server) that,
+    run on the event loop (gateway/loop_io.py), wait there for the socket instead of blocking
+    in recv: the loop runs other calls meanwhile. Elsewhere, a plain socket file. Writes need
+    no such care: a statement run on the loop is at most INLINE_SQL_CHARS (backends/sql.py),
+    which the socket's send buffer takes at once. Plain TCP only (executes_on_loop)."""
+
+    def readinto(self, buffer: Any) -> int | None:
+        if loop_io.on_loop():
+            timeout = self._sock.gettimeout()
+            if not loop_io.wait_socket(self._sock.fileno(), write=False, timeout_s=_LOOP_WAIT_S if timeout is None else timeout):
+                raise TimeoutError("timed out")  # as the socket's own timeout: pymysql closes the session
+        return super().readinto(buffer)
+
+
+_LOOP_WAIT_S = 86_400.0  # a session opened without a read timeout (the statement timeout still ends it)
+
+
+def _waits_on_loop(conn: pymysql.connections.Connection) -> bool:
+    rfile = conn._rfile
+    return isinstance(getattr(rfile, "raw", None), _LoopWaitingSocketIO)
 
 
 def _ping(conn: pymysql.connections.Connection, *, timeout_s: float) -> None:
@@ -339,6 +368,8 @@ def _run_mysql(
 ) -> tuple:
     if conn.client_flag & CLIENT.MULTI_STATEMENTS:
         raise Unavailable("refusing a MySQL connection opened with CLIENT_MULTI_STATEMENTS")
+    if loop_io.on_loop() and not _waits_on_loop(conn):  # nothing sent yet: the caller takes a thread
+        raise loop_io.WouldBlock()
     mariadb = _is_mariadb(conn)
     cur = conn.cursor(pymysql.cursors.SSCursor)  # unbuffered: rows past the cap are never held
     try:
@@ -949,6 +980,14 @@ class MySQL:
     execute = staticmethod(readonly_execute(_run_mysql))
 
     local_settings = False
+
+    @staticmethod
+    def executes_on_loop(target: TargetSettings) -> bool:
+        """Over plain TCP every read of a pooled session waits through _LoopWaitingSocketIO. Not
+        over TLS: a readable socket may hold only part of a record, and the rest is waited for
+        inside the ssl module."""
+        return ssl_context(target) is None
+
     settings_scope = staticmethod(no_settings_scope)
 
     @staticmethod

@@ -65,6 +65,7 @@ from backends.engines.base import (
 from backends.engines.catalog import Table, add_key, empty_constraints, key_of, like_substring, new_table, with_view_dependencies
 from backends.engines.plans import FullScan, plan_objects, row_estimate
 from backends.engines.profiling import Profiling
+from gateway import loop_io
 from gateway.errors import (
     BadValue,
     Cancelled,
@@ -387,7 +388,7 @@ def _run_pgsql(
     if schema and "\x00" in schema:
         raise InvalidArgument("a schema name cannot contain a NUL character")
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.rollback()
+        loop_io.blocking(conn.rollback)
     run = _pg_pipelined if _LIBPQ.pipeline else _pg_three_trips
     if params is not None and not _LIBPQ.pipeline:
         raise Unavailable("custom SQL tools on PostgreSQL need libpq 14 or later (pipeline mode)")
@@ -433,7 +434,8 @@ def _pg_end(conn: psycopg.Connection) -> None:
 
 class _PgWire:
     """Non-blocking libpq I/O against a deadline. psycopg keeps its connections non-blocking;
-    poll/select release the GIL while we wait, the libpq calls never block."""
+    poll/select release the GIL while we wait, the libpq calls never block. Run on the event loop
+    (gateway/loop_io.py), the loop does the waiting instead."""
 
     def __init__(self, pgconn: psycopg.pq.abc.PGconn, budget_s: float) -> None:
         self.pgconn = pgconn
@@ -447,6 +449,8 @@ class _PgWire:
         if remaining <= 0:
             raise DeadlineExceeded("the database did not answer in time; the connection was closed")
         remaining = min(remaining, 60.0)  # poll() takes at most 2**31 ms; the callers wait again
+        if loop_io.on_loop():  # run on the event loop (ENGINE.executes_on_loop): the loop waits, others run meanwhile
+            return loop_io.wait_socket(self.fd, write=write, timeout_s=remaining)
         if self.poll is None:
             readable, _, _ = select.select([self.fd], [self.fd] if write else [], [], remaining)
             return bool(readable)
@@ -670,7 +674,7 @@ def _pg_drain(conn: psycopg.Connection, reader: _PgRows, max_rows: int) -> None:
     if reader.skip(max_rows + 2):
         return
     with contextlib.suppress(psycopg.Error):  # still bounded: the wire's deadline, the statement timeout
-        conn.cancel_safe(timeout=_PG_MARGIN_S)
+        loop_io.blocking(functools.partial(conn.cancel_safe, timeout=_PG_MARGIN_S))
     while reader.next_rows() is not None:
         pass
     if reader.failed is not None and reader.failed.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"57014":
@@ -1390,6 +1394,12 @@ class PostgreSQL:
     @property
     def errors(self) -> tuple[type[Exception], ...]:
         return (psycopg.Error,) if driver_loaded("psycopg") else ()
+
+    @staticmethod
+    def executes_on_loop(target: TargetSettings) -> bool:
+        """`execute` may run on the event loop (gateway/loop_io.py): the pipeline's every wait is
+        _PgWire.wait. Not the three round trips of libpq < 14, which wait inside psycopg."""
+        return _LIBPQ.pipeline
 
     vector_search = PgVectorSearch()  # similarity_search over pgvector columns
     vector_search_refusal = ""

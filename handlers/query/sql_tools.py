@@ -8,7 +8,9 @@ same path.
 
 run_sql_readonly and the sampling tools are async: when the query result cache may answer (an
 embedded store, a cache TTL for the target or a rule), the rules, the check and the lookup
-run on the event loop, and only a miss takes a worker thread to the database.
+run on the event loop; so does the statement itself on an engine that executes on the loop
+(PostgreSQL: gateway/loop_io.py) when a pooled connection is ready; anything else takes a
+worker thread to the database.
 """
 
 from __future__ import annotations
@@ -215,9 +217,10 @@ class SqlTools:
     async def _run_cached(
         self, ctx: CallContext, *, target_id: str | None, size: int, cache: str, statement: Callable[[], Statement]
     ) -> dict[str, Any]:
-        """The one path, answered on the event loop when the result cache may have it (a hit
-        then costs no thread hop); the database, and anything else, in a worker thread.
-        `statement()` builds the Statement; `size` is what the read-only check will parse."""
+        """The one path, on the event loop where it never blocks there: a result cache hit, and
+        a statement on an engine that executes on the loop (ReadOnlySql.execute_from_loop); the
+        database, and anything else, in a worker thread. `statement()` builds the Statement;
+        `size` is what the read-only check will parse."""
         sql = self.sql
         if not sql.inline_ok(ctx.runtime, target_id, size, cache):
             return await self.in_thread(lambda: sql.run(ctx, statement()))
@@ -225,7 +228,7 @@ class SqlTools:
         answer = sql.answer_early(prepared)
         if answer is not None:
             return answer
-        return await self.in_thread(sql.execute, prepared)
+        return await sql.execute_from_loop(prepared, self.in_thread)
 
     # -- tools -------------------------------------------------------------------------------
     @tool("run_sql_readonly", title="Run read-only SQL", read_only=True, idempotent=True)

@@ -22,9 +22,10 @@ import psycopg
 import pymysql
 import pytest
 
-from backends.pools import TargetPools
+from backends.pools import BoundedPool, Health, TargetPools
 from gateway.assembly import close_backends
 from gateway.errors import Unavailable
+from gateway.loop_io import WouldBlock
 from handlers.query import QueryHandler
 from tests.query import add_auth, add_target, make_services, make_store, ok, reload
 
@@ -401,3 +402,30 @@ def test_replaced_sqlite_file_is_reopened(tmp_path: Path, lite_file: Path) -> No
         assert pools.stats()[0]["reconnects"] == 1
     finally:
         pools.close()
+
+
+def test_a_pool_asked_not_to_block_hands_out_only_a_ready_idle_connection(tmp_path: Path) -> None:
+    """getconn(block=False), for a statement on the event loop: an idle connection that needs no
+    ping, else WouldBlock with the pool as it was (no slot taken, nothing opened or pinged)."""
+    opened: list[sqlite3.Connection] = []
+    pinged: list[sqlite3.Connection] = []
+
+    def connect() -> sqlite3.Connection:
+        opened.append(sqlite3.connect(tmp_path / "x.db", check_same_thread=False))
+        return opened[-1]
+
+    pool = BoundedPool(connect, pinged.append, Health(idle_check_s=0.2), max_size=2, timeout_s=1.0)
+    with pytest.raises(WouldBlock):
+        pool.getconn(block=False)  # nothing idle: opening one would block the loop
+    assert (opened, pool.stats()["size"]) == ([], 0)
+    conn = pool.getconn()
+    pool.putconn(conn)
+    assert pool.getconn(block=False) is conn  # idle and fresh
+    assert pool.stats() == {"size": 1, "in_use": 1, "idle": 0, "waiting": 0}
+    pool.putconn(conn)
+    time.sleep(0.3)  # idle past the health check: it would need a ping first
+    with pytest.raises(WouldBlock):
+        pool.getconn(block=False)
+    assert pool.stats() == {"size": 1, "in_use": 0, "idle": 1, "waiting": 0} and pinged == []
+    assert pool.getconn() is conn and pinged == [conn]  # the blocking path pings it
+    pool.close()
