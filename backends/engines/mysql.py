@@ -192,8 +192,12 @@ def _is_mariadb(conn: pymysql.connections.Connection) -> bool:
     return "mariadb" in conn.get_server_info().lower()
 
 
+def _uses_tls(target: TargetSettings) -> bool:
+    return target.use_ssl and target.ssl_mode != "disable"
+
+
 def ssl_context(target: TargetSettings) -> ssl.SSLContext | None:
-    if not target.use_ssl or target.ssl_mode == "disable":
+    if not _uses_tls(target):
         return None
     context = ssl.create_default_context()
     if target.ssl_mode != "verify-full":
@@ -986,7 +990,7 @@ class MySQL:
         """Over plain TCP every read of a pooled session waits through _LoopWaitingSocketIO. Not
         over TLS: a readable socket may hold only part of a record, and the rest is waited for
         inside the ssl module."""
-        return ssl_context(target) is None
+        return not _uses_tls(target)
 
     settings_scope = staticmethod(no_settings_scope)
 
