@@ -3,6 +3,7 @@ on a real rag.db (apsw, FTS5, the vector tables) built in each test."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +230,24 @@ def test_a_batch_larger_than_one_statement_payload_is_split(index: RagIndex, mon
 def test_a_new_index_uses_8_kib_pages(index: RagIndex) -> None:
     assert sqlite.scalar(index.conn, "PRAGMA page_size") == 8192
     assert sqlite.scalar(index.conn, "PRAGMA journal_mode") == "wal"
+
+
+def test_opening_a_prepared_index_takes_no_write_lock(index: RagIndex, tmp_path: Path) -> None:
+    """A worker starting while the demo sync holds the write lock (for longer than the busy
+    timeout on a loaded machine) opens the index at once; a schema to change takes the write path."""
+    fingerprint = index.meta()["schema_fingerprint"]
+    index.close()
+    writer = sqlite.connect(tmp_path / "rag.db")
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        reopened = RagIndex.open(tmp_path / "rag.db", embedding_model_id=EMBEDDER.model_id, dim=EMBEDDER.dim)
+        assert time.monotonic() - started < 2  # not the 10 s busy timeout, nor BusyError
+        reopened.close()
+        writer.execute("UPDATE rag_meta SET value = 'stale' WHERE key = 'schema_fingerprint'")  # DDL changed since
+    finally:
+        writer.execute("COMMIT")
+        writer.close()
+    reopened = RagIndex.open(tmp_path / "rag.db", embedding_model_id=EMBEDDER.model_id, dim=EMBEDDER.dim)
+    assert reopened.meta()["schema_fingerprint"] == fingerprint  # prepared again, under the write lock
+    reopened.close()

@@ -17,6 +17,7 @@ keyword index, the vectors and the sync state out of step.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -296,9 +297,36 @@ def _add_missing_columns(conn: apsw.Connection) -> None:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
 
 
+def _schema_fingerprint(dim: int) -> str:
+    """What a prepared index was prepared from: any change to the DDL, the added columns or the
+    version changes it, so the next open takes the write path once."""
+    from backends.retrieval.storage.sqlite import vector_store
+
+    text = "\x00".join((sqlite.schema_section("rag"), vector_store.vector_schema(dim), repr(ADDED_COLUMNS), str(SCHEMA_VERSION)))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _schema_current(conn: apsw.Connection, *, fingerprint: str, embedding_model_id: str, dim: int) -> bool:
+    """Whether an earlier open prepared this index as this one would, for this model: a read,
+    no write lock. Workers start while the demo sync may hold the write lock for seconds
+    (longer on a loaded machine than the busy timeout): they no longer wait for it."""
+    with sqlite.transaction(conn, "DEFERRED"):
+        if not sqlite.scalar(conn, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rag_meta'"):
+            return False
+        meta = {row["key"]: row["value"] for row in sqlite.rows(conn, "SELECT key, value FROM rag_meta")}
+    wanted = {
+        "schema_fingerprint": fingerprint, "schema_version": str(SCHEMA_VERSION),
+        "embedding_model": embedding_model_id, "embedding_dim": str(dim),
+    }  # fmt: skip
+    return all(meta.get(key) == value for key, value in wanted.items())
+
+
 def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int) -> None:
     from backends.retrieval.storage.sqlite import vector_store
 
+    fingerprint = _schema_fingerprint(dim)
+    if _schema_current(conn, fingerprint=fingerprint, embedding_model_id=embedding_model_id, dim=dim):
+        return
     with sqlite.transaction(conn):
         has_meta = sqlite.scalar(conn, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'rag_meta'")
         version = int(sqlite.scalar(conn, "SELECT value FROM rag_meta WHERE key = 'schema_version'") or 0) if has_meta else 0
@@ -327,3 +355,7 @@ def _prepare_schema(conn: apsw.Connection, *, embedding_model_id: str, dim: int)
         ):
             conn.execute("INSERT INTO rag_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
         conn.execute("UPDATE rag_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        conn.execute(
+            "INSERT INTO rag_meta (key, value) VALUES ('schema_fingerprint', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (fingerprint,),
+        )
