@@ -190,6 +190,7 @@ class ReadOnlySql:
         self.digests = DigestRecorder()
         self.rule_hits = RuleHits()
         self._rules: tuple[Any, RuleSet] = ((), RuleSet([]))
+        self._refusals: tuple[Any, dict[str, list[str]]] = ((), {})  # runtime_mcp_target_profiles -> warnings
 
     def run(self, ctx: CallContext, statement: Statement) -> dict[str, Any]:
         """Run the statement and answer the SqlResult shape of /mcp/query: target_id, columns, rows,
@@ -407,14 +408,17 @@ class ReadOnlySql:
             self._rules = (rows, ruleset)
         return ruleset
 
-    @staticmethod
-    def _check_privileges(runtime: Runtime, target: Target) -> None:
+    def _check_privileges(self, runtime: Runtime, target: Target) -> None:
         """With mcp-query_refuse_privileged_targets on, refuse a target whose account the LOAD
         of MCP PROFILES found able to write or reach server files (runtime privilege_warnings)."""
         if not _var(runtime, REFUSE_PRIVILEGED):
             return
-        row = next((r for r in runtime.table("runtime_mcp_target_profiles") if r["target_id"] == target.target_id), {})
-        warnings = json.loads(row.get("privilege_warnings") or "[]")
+        rows = runtime.table("runtime_mcp_target_profiles")
+        cached_rows, refusals = self._refusals
+        if rows is not cached_rows:  # once per runtime, not a scan and a JSON parse per call
+            refusals = {row["target_id"]: json.loads(row.get("privilege_warnings") or "[]") for row in rows}
+            self._refusals = (rows, refusals)
+        warnings = refusals.get(target.target_id)
         if warnings:
             raise Unavailable(
                 f"target {target.target_id} is refused because mcp-query_refuse_privileged_targets is on: {'; '.join(warnings)}"

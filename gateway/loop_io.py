@@ -58,14 +58,12 @@ async def run_on_loop(func: Callable[..., T], *args: Any) -> T:
 
 def wait_socket(fd: int, *, write: bool, timeout_s: float) -> bool:
     """From inside `run_on_loop`: wait until `fd` is readable (or also writable, if `write`),
-    at most `timeout_s`. Whether it is readable; False and not writable means the time is up."""
+    at most `timeout_s`. Whether it is readable; False and not writable means the time is up.
+    The loop's reader, writer and timer are set here (this is the loop's thread) and removed
+    whatever ends the wait: the task awaits only the future (no coroutine, no timeout scope)."""
     current = greenlet.getcurrent()
     if not isinstance(current, _LoopGreenlet):
         raise RuntimeError("wait_socket is for code run by run_on_loop")
-    return current.parent.switch(_ready(fd, write, timeout_s))
-
-
-async def _ready(fd: int, write: bool, timeout_s: float) -> bool:
     loop = asyncio.get_running_loop()
     readable: asyncio.Future[bool] = loop.create_future()
 
@@ -76,12 +74,11 @@ async def _ready(fd: int, write: bool, timeout_s: float) -> bool:
     loop.add_reader(fd, wake, True)
     if write:
         loop.add_writer(fd, wake, False)
+    timer = loop.call_later(timeout_s, wake, False)
     try:
-        async with asyncio.timeout(timeout_s):
-            return await readable
-    except TimeoutError:
-        return False
+        return current.parent.switch(readable)
     finally:
+        timer.cancel()
         loop.remove_reader(fd)
         if write:
             loop.remove_writer(fd)
