@@ -5,20 +5,18 @@ file) is refused before anything is sent, so the caller takes a thread. A real M
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 import pymysql
 import pytest
+from loop_ticks import run_ticking
 
 from backends.engines.mysql import ENGINE
 from gateway import loop_io
 from gateway.errors import DeadlineExceeded, GatewayError
 
-T = TypeVar("T")
 LIMITS = {"timeout_ms": 3000, "max_rows": 100, "max_bytes": 1_000_000}
 
 
@@ -48,37 +46,13 @@ def conn(target: Settings) -> Iterator[pymysql.connections.Connection]:
     session.close()
 
 
-def _on_loop(call: Callable[[], T], *, deadline_s: float | None = None) -> tuple[T, int]:
-    """`call()` run by run_on_loop beside a task ticking every 5 ms: its result and the ticks."""
-
-    async def scenario() -> tuple[T, int]:
-        ticks = 0
-        stop = asyncio.Event()
-
-        async def tick() -> None:
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        ticker = asyncio.create_task(tick())
-        try:
-            async with asyncio.timeout(deadline_s):
-                return await loop_io.run_on_loop(call), ticks
-        finally:
-            stop.set()
-            await ticker
-
-    return asyncio.run(scenario())
-
-
 def test_a_plain_tcp_target_executes_on_the_loop_and_a_tls_one_does_not(target: Settings) -> None:
     assert ENGINE.executes_on_loop(target)
     assert not ENGINE.executes_on_loop(Settings(**{**target.__dict__, "use_ssl": True, "ssl_mode": "require"}))
 
 
 def test_on_the_loop_the_statement_waits_without_blocking_the_loop(conn: pymysql.connections.Connection) -> None:
-    out, ticks = _on_loop(lambda: ENGINE.execute(conn, "SELECT SLEEP(0.3) AS slept, 'é' AS t", **LIMITS))
+    out, ticks = run_ticking(lambda: ENGINE.execute(conn, "SELECT SLEEP(0.3) AS slept, 'é' AS t", **LIMITS))
     assert out.rows == [[0, "é"]]
     assert ticks >= 20  # ~60 ticks of the loop during the 300 ms the server took
     # the same session, off the loop, as before
@@ -94,12 +68,12 @@ def test_on_the_loop_errors_timeouts_and_caps_are_as_off_the_loop(conn: pymysql.
         return None
 
     for sql, limits in (("SELECT * FROM no_such_table", {}), ("SELECT SLEEP(5)", {"timeout_ms": 200})):
-        on, _ = _on_loop(lambda sql=sql, limits=limits: error_of(sql, **limits))
+        on, _ = run_ticking(lambda sql=sql, limits=limits: error_of(sql, **limits))
         off = error_of(sql, **limits)
         assert on is not None and (type(on), str(on)) == (type(off), str(off))
     assert isinstance(error_of("SELECT SLEEP(5)", timeout_ms=200), DeadlineExceeded)
     sql = "SELECT seq, REPEAT('x', 1000) AS pad FROM seq_1_to_5000"  # MariaDB's sequence engine
-    on, _ = _on_loop(lambda: ENGINE.execute(conn, sql, **{**LIMITS, "max_bytes": 20_000}))
+    on, _ = run_ticking(lambda: ENGINE.execute(conn, sql, **{**LIMITS, "max_bytes": 20_000}))
     off = ENGINE.execute(conn, sql, **{**LIMITS, "max_bytes": 20_000})
     assert (on.rows, on.truncated_reason) == (off.rows, off.truncated_reason) and on.truncated_reason == "max_bytes"
 
@@ -107,7 +81,7 @@ def test_on_the_loop_errors_timeouts_and_caps_are_as_off_the_loop(conn: pymysql.
 def test_the_calls_deadline_on_the_loop_closes_the_session(conn: pymysql.connections.Connection) -> None:
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        _on_loop(lambda: ENGINE.execute(conn, "SELECT SLEEP(5)", **LIMITS), deadline_s=0.2)
+        run_ticking(lambda: ENGINE.execute(conn, "SELECT SLEEP(5)", **LIMITS), deadline_s=0.2)
     assert time.monotonic() - started < 2
     assert ENGINE.broken(conn)  # cut off midway: the pool discards it
 
@@ -116,7 +90,7 @@ def test_a_session_whose_reads_would_block_the_loop_is_refused_before_anything_i
     plain = pymysql.connect(**mariadb_db, autocommit=True)  # pymysql's own socket file: recv would block
     try:
         with pytest.raises(loop_io.WouldBlock):
-            _on_loop(lambda: ENGINE.execute(plain, "SELECT 1", **LIMITS))
+            run_ticking(lambda: ENGINE.execute(plain, "SELECT 1", **LIMITS))
         assert ENGINE.execute(plain, "SELECT 1 AS one", **LIMITS).rows == [[1]]  # untouched: usable off the loop
     finally:
         plain.close()

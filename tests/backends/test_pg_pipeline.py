@@ -7,25 +7,21 @@ path (the fallback for libpq < 14) on the same connection."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import select
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import psycopg
 import pytest
+from loop_ticks import run_ticking
 
 from backends.engines import engine_for
 from backends.engines import postgresql as execute
-from gateway import loop_io
 from gateway.errors import DeadlineExceeded, GatewayError, InvalidArgument, NotFound
-
-T = TypeVar("T")
 
 LIMITS = {"timeout_ms": 3000, "max_rows": 100, "max_bytes": 1_000_000}
 SESSION_OPTIONS = "-c statement_timeout=5000 -c default_transaction_read_only=on"  # as the pool opens them
@@ -350,38 +346,14 @@ def test_a_value_psycopg_cannot_load_is_invalid_argument_and_the_session_stays_u
 # -- on the event loop (gateway/loop_io.py): the same pipeline, its waits handed to the loop ---
 
 
-def _on_loop(call: Callable[[], T], *, deadline_s: float | None = None) -> tuple[T, int]:
-    """`call()` run by run_on_loop beside a task ticking every 5 ms: its result and the ticks."""
-
-    async def scenario() -> tuple[T, int]:
-        ticks = 0
-        stop = asyncio.Event()
-
-        async def tick() -> None:
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        ticker = asyncio.create_task(tick())
-        try:
-            async with asyncio.timeout(deadline_s):
-                return await loop_io.run_on_loop(call), ticks
-        finally:
-            stop.set()
-            await ticker
-
-    return asyncio.run(scenario())
-
-
 def test_on_the_loop_the_statement_waits_without_blocking_the_loop(conn: psycopg.Connection) -> None:
     before = _session(conn)
     sql = "SELECT count(*) AS n, pg_sleep(0.3)::text AS slept"
-    out, ticks = _on_loop(lambda: engine_for("pgsql").execute(conn, sql, **LIMITS))
+    out, ticks = run_ticking(lambda: engine_for("pgsql").execute(conn, sql, **LIMITS))
     assert out.rows == [[1, ""]]
     assert ticks >= 20  # ~60 ticks of the loop during the 300 ms the server took
     assert _session(conn) == before
-    bad, _ = _on_loop(lambda: _error_of(conn, "SELECT 1/0"))
+    bad, _ = run_ticking(lambda: _error_of(conn, "SELECT 1/0"))
     assert isinstance(bad, InvalidArgument) and "DivisionByZero" in str(bad)
     assert _session(conn) == before
 
@@ -397,10 +369,12 @@ def _error_of(conn: psycopg.Connection, sql: str) -> GatewayError | None:
 def test_on_the_loop_a_server_timeout_and_a_truncation_end_as_off_the_loop(conn: psycopg.Connection) -> None:
     before = _session(conn)
     with pytest.raises(DeadlineExceeded, match="200 ms"):
-        _on_loop(lambda: engine_for("pgsql").execute(conn, "SELECT pg_sleep(10)", timeout_ms=200, max_rows=10, max_bytes=10_000))
+        run_ticking(
+            lambda: engine_for("pgsql").execute(conn, "SELECT pg_sleep(10)", timeout_ms=200, max_rows=10, max_bytes=10_000)
+        )
     assert _session(conn) == before
     sql = "SELECT g, repeat('x', 1000) FROM (SELECT generate_series(1, 50000000) AS g) s"  # no LIMIT: cancelled
-    out, _ = _on_loop(lambda: engine_for("pgsql").execute(conn, sql, **{**LIMITS, "max_bytes": 20_000, "timeout_ms": 20_000}))
+    out, _ = run_ticking(lambda: engine_for("pgsql").execute(conn, sql, **{**LIMITS, "max_bytes": 20_000, "timeout_ms": 20_000}))
     assert out.truncated_reason == "max_bytes" and out.rows[0] == [1, "x" * 1000]
     assert _session(conn) == before
 
@@ -411,6 +385,6 @@ def test_the_calls_deadline_on_the_loop_closes_the_connection(db: dict) -> None:
     with psycopg.connect(**db, options=SESSION_OPTIONS) as conn:
         started = time.monotonic()
         with pytest.raises(TimeoutError):
-            _on_loop(lambda: engine_for("pgsql").execute(conn, "SELECT pg_sleep(5)", **LIMITS), deadline_s=0.2)
+            run_ticking(lambda: engine_for("pgsql").execute(conn, "SELECT pg_sleep(5)", **LIMITS), deadline_s=0.2)
         assert time.monotonic() - started < 2
         assert conn.closed
